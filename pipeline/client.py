@@ -1,0 +1,345 @@
+"""The model client: one OpenAI-compatible chat call with pacing, retries and timeouts.
+
+This is the only retry layer. The openai SDK retries by itself, so it is built
+with ``max_retries=0``: our retries share the run's rate limiter (a retried
+request is paced like any other), honour ``Retry-After`` per request, and stop
+the whole run on errors every record would hit (401/403, unknown model).
+
+Structured feedback degrades in the order endpoints support it: OpenAI's
+``json_schema``; llama.cpp's ``json_object`` with a ``schema``; plain text with
+the schema in the prompt. The first refusal of a level moves every later call
+of the run down to the next one.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import httpx2
+import openai
+import orjson
+
+from .errors import AuthError, CallError, FatalCallError
+from .limits import Limiter, estimate_tokens
+from .loop import Completion
+
+__all__ = ["LEVELS", "OpenAIClient", "backoff_delay", "classify_status", "redact", "retry_after"]
+
+LEVELS = ("json_schema", "json_object", "text")
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+# A server's Retry-After longer than this is treated as an outage window to
+# wait out with our own backoff rather than trusted blindly.
+RETRY_AFTER_CAP_S = 120.0
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+_DEGRADE_HINTS = ("response_format", "json", "schema", "grammar")
+
+
+def backoff_delay(
+    attempt: int, rand: float, *, base: float = BACKOFF_BASE_S, cap: float = BACKOFF_CAP_S
+) -> float:
+    """Exponential backoff with jitter for retry ``attempt`` (1-based): half fixed, half random.
+
+    Clamped before exponentiation so huge attempt numbers cannot overflow.
+    """
+    exp = min(max(attempt - 1, 0), 32)
+    ceiling = min(cap, base * (2.0**exp))
+    return ceiling * (0.5 + 0.5 * min(max(rand, 0.0), 1.0))
+
+
+def retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds the server asks us to wait (``retry-after-ms``, ``retry-after`` seconds or date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def classify_status(status: int) -> str:
+    """What a failed status means: ``retry``, ``auth`` (stop the run) or ``record`` (fail it)."""
+    if status in RETRYABLE_STATUS or status >= 500:
+        return "retry"
+    if status in (401, 403):
+        return "auth"
+    return "record"
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` masked."""
+    if secret and len(secret) >= 4:
+        return text.replace(secret, "***")
+    return text
+
+
+def _schema_instruction(schema: Mapping[str, Any]) -> str:
+    return (
+        "\n\nAnswer with a single JSON object and nothing else. It must match this JSON Schema:\n"
+        "```json\n" + orjson.dumps(schema, option=orjson.OPT_INDENT_2).decode() + "\n```"
+    )
+
+
+def _strict_ok(schema: Mapping[str, Any]) -> bool:
+    props = schema.get("properties", {})
+    return schema.get("additionalProperties") is False and set(schema.get("required", [])) == set(
+        props
+    )
+
+
+class OpenAIClient:
+    """An OpenAI-compatible chat endpoint behind the run's limiter and retry policy."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None,
+        api_key: str | None,
+        timeout: float,
+        max_retries: int,
+        limiter: Limiter,
+        concurrency: int = 64,
+        structured: str = "json_schema",
+        max_in_flight: int | None = None,
+        backoff_base: float = BACKOFF_BASE_S,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.model = model
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.limiter = limiter
+        self.level = LEVELS.index(structured)
+        self.backoff_base = backoff_base
+        self.calls = 0
+        self.retries = 0
+        self.succeeded = 0
+        self._secret = api_key
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._slots = anyio.Semaphore(max_in_flight) if max_in_flight else None
+        connections = max(concurrency, 16) + 16
+        self._http = openai.DefaultAsyncHttpx2Client(
+            limits=httpx2.Limits(
+                max_connections=connections, max_keepalive_connections=connections
+            ),
+        )
+        self._sdk = openai.AsyncOpenAI(
+            api_key=api_key or "no-key",
+            base_url=base_url,
+            max_retries=0,  # this class is the one retry layer (see module docstring)
+            timeout=timeout,
+            http_client=self._http,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._sdk.close()
+
+    def _request(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        schema: Mapping[str, Any] | None,
+        level: int,
+        temperature: float,
+        max_tokens: int,
+    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        sent = [dict(m) for m in messages]
+        extra: dict[str, Any] = {}
+        if schema is not None:
+            if LEVELS[level] == "json_schema":
+                extra["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "feedback",
+                        "schema": dict(schema),
+                        "strict": _strict_ok(schema),
+                    },
+                }
+            elif LEVELS[level] == "json_object":
+                extra["response_format"] = {"type": "json_object", "schema": dict(schema)}
+            # json_object needs the word JSON in the prompt on some servers, and plain
+            # text needs the schema spelled out: both get the instruction.
+            if LEVELS[level] != "json_schema":
+                sent[-1]["content"] = sent[-1]["content"] + _schema_instruction(schema)
+        return sent, {"temperature": temperature, "max_tokens": max_tokens, **extra}
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        schema: Mapping[str, Any] | None,
+        temperature: float,
+        max_tokens: int,
+    ) -> Completion:
+        """One chat completion, retried as the policy allows; raises CallError when it gives up."""
+        if self._slots is None:
+            return await self._complete(messages, schema, temperature, max_tokens)
+        async with self._slots:
+            return await self._complete(messages, schema, temperature, max_tokens)
+
+    async def _complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        schema: Mapping[str, Any] | None,
+        temperature: float,
+        max_tokens: int,
+    ) -> Completion:
+        attempt = 0
+        started = self._clock()
+        while True:
+            attempt += 1
+            status: int | None = None
+            level = self.level
+            sent, params = self._request(messages, schema, level, temperature, max_tokens)
+            booking = await self.limiter.acquire(estimate_tokens(sent), max_tokens)
+            self.calls += 1
+            try:
+                with anyio.fail_after(self.timeout + 5.0):
+                    raw = await self._sdk.chat.completions.with_raw_response.create(
+                        model=self.model,
+                        messages=sent,  # type: ignore[arg-type]
+                        **params,
+                    )
+                    # The raw body, parsed by orjson below: the SDK's pydantic models
+                    # would cost more CPU per call than the rest of the pipeline.
+                    body = raw.content
+                headers = raw.headers
+                self.limiter.observe(headers)
+                result = self._parse(body, sent, attempt, self._clock() - started)
+                self.limiter.settle(booking, result.prompt_tokens)
+                self.succeeded += 1
+                return result
+            except openai.APIStatusError as err:
+                status = err.status_code
+                headers = err.response.headers
+                self.limiter.observe(headers)
+                message = redact(_error_message(err), self._secret)
+                if status == 429:
+                    wait = retry_after(headers)
+                    self.limiter.on_rate_limited(wait)
+                else:
+                    wait = None
+                if (
+                    schema is not None
+                    and status in (400, 422)
+                    and level < len(LEVELS) - 1
+                    and (any(h in message.lower() for h in _DEGRADE_HINTS))
+                ):
+                    self.level = max(self.level, level + 1)
+                    attempt -= 1  # a format probe is not a failed attempt
+                    continue
+                kind = classify_status(status)
+                if kind == "auth":
+                    raise AuthError(
+                        "auth", f"HTTP {status}: {message}", status=status, attempts=attempt
+                    ) from None
+                if status == 404 and ("model" in message.lower() or self.succeeded == 0):
+                    raise FatalCallError(
+                        "not_found",
+                        f"HTTP 404: {message} (check --model and --base-url)",
+                        status=status,
+                        attempts=attempt,
+                    ) from None
+                if kind == "record":
+                    raise CallError(
+                        f"http_{status}",
+                        f"HTTP {status}: {message}",
+                        status=status,
+                        attempts=attempt,
+                    ) from None
+                failure = CallError(
+                    f"http_{status}", f"HTTP {status}: {message}", status=status, attempts=attempt
+                )
+            except (TimeoutError, openai.APITimeoutError):
+                wait = None
+                failure = CallError(
+                    "timeout", f"no answer within {self.timeout:g} s", attempts=attempt
+                )
+            except openai.APIConnectionError as err:
+                wait = None
+                failure = CallError(
+                    "connection",
+                    redact(f"connection failed: {err.__cause__ or err}", self._secret),
+                    attempts=attempt,
+                )
+            except _RetryableAnswer as err:
+                wait = None
+                failure = CallError(err.kind, str(err), attempts=attempt)
+            except httpx2.HTTPError as err:  # a body cut short while reading it
+                wait = None
+                failure = CallError(
+                    "connection", f"response broken off: {type(err).__name__}", attempts=attempt
+                )
+            if attempt > self.max_retries:
+                raise failure
+            self.retries += 1
+            delay = backoff_delay(attempt, self._rng.random(), base=self.backoff_base)
+            if wait is not None:
+                # A 429's Retry-After is the server's exact answer; other statuses keep
+                # at least our own backoff so a flapping server is not hammered.
+                delay = max(min(wait, RETRY_AFTER_CAP_S), 0.0 if status == 429 else delay)
+            await anyio.sleep(delay)
+
+    def _parse(
+        self, body: bytes, sent: list[dict[str, str]], attempts: int, elapsed: float
+    ) -> Completion:
+        try:
+            data = orjson.loads(body)
+            choice = data["choices"][0]
+            message = choice["message"]
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as err:
+            raise _RetryableAnswer(
+                "bad_response", f"malformed response body ({len(body)} bytes)"
+            ) from err
+        content = message.get("content")
+        if not content:
+            refusal = message.get("refusal")
+            if refusal:
+                raise CallError("refusal", f"model refused: {refusal}", attempts=attempts)
+            raise _RetryableAnswer("empty", "empty answer")
+        usage = data.get("usage") or {}
+        return Completion(
+            text=content,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            latency_s=round(elapsed, 4),
+            attempts=attempts,
+            finish_reason=choice.get("finish_reason"),
+            messages=sent,
+        )
+
+
+class _RetryableAnswer(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+
+def _error_message(err: openai.APIStatusError) -> str:
+    body = err.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(inner, str):
+            return inner
+    return err.message

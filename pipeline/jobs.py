@@ -1,0 +1,354 @@
+"""Jobs: the data the loop reads (prompts, feedback schema, stop rule, hooks).
+
+A job is a TOML file::
+
+    name = "code-improve"
+    description = "..."
+
+    [input.task]                # one table per input field
+    type = "string"             # string | string-list | number | integer | boolean | any
+    description = "a coding request"
+    required = true             # default
+
+    [prompts]                   # {{name}} placeholders: input fields, output, feedback, history
+    system = "..."              # optional
+    generate = "..."
+    feedback = "..."
+    refine = "..."              # must use {{history}}: the earlier (output, feedback) pairs
+
+    [feedback]
+    schema = { ... }            # JSON Schema of the feedback object (TOML table or JSON string)
+    actions_field = "actions"   # list of concrete actions (required in the schema)
+    done_field = "done"         # boolean
+    score_field = "score"       # optional: numeric score; enables best-scored choice
+
+    [stop]
+    max_iters = 3               # default for --max-iters
+    score_threshold = 9         # optional: stop once score >= this
+
+    [model]
+    temperature = 0.7
+    max_tokens = 1024
+
+    [output]
+    extract = "text"            # or "code": keep the first fenced code block of an answer
+
+    [hooks]
+    file = "hooks.py"           # optional, relative to the job file; may define
+                                # evaluate(fields, output) -> dict of metrics
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+
+from .errors import JobError
+
+__all__ = ["FIELD_TYPES", "InputField", "Job", "builtin_jobs", "load_job", "render"]
+
+FIELD_TYPES = ("string", "string-list", "number", "integer", "boolean", "any")
+EXTRACT_MODES = ("text", "code")
+LOOP_VARIABLES = ("output", "feedback", "history")
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_TOP_KEYS = (
+    "description",
+    "feedback",
+    "hooks",
+    "input",
+    "model",
+    "name",
+    "output",
+    "prompts",
+    "stop",
+)
+_JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
+
+Evaluator = Callable[[Mapping[str, Any], str], Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class InputField:
+    """One input field a record must (or may) carry."""
+
+    name: str
+    type: str
+    required: bool = True
+    description: str = ""
+
+    def check(self, value: Any) -> str | None:
+        """Why ``value`` does not fit this field, or None when it does."""
+        ok = {
+            "string": isinstance(value, str),
+            "string-list": isinstance(value, list) and all(isinstance(v, str) for v in value),
+            "number": isinstance(value, int | float) and not isinstance(value, bool),
+            "integer": isinstance(value, int) and not isinstance(value, bool),
+            "boolean": isinstance(value, bool),
+            "any": True,
+        }[self.type]
+        if ok:
+            return None
+        return f"expected {self.type}, got {type(value).__name__}"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A loaded, validated job definition."""
+
+    name: str
+    description: str
+    source: str
+    content_hash: str
+    inputs: tuple[InputField, ...]
+    system_prompt: str | None
+    generate_prompt: str
+    feedback_prompt: str
+    refine_prompt: str
+    feedback_schema: Mapping[str, Any]
+    actions_field: str
+    done_field: str
+    score_field: str | None
+    max_iters: int
+    score_threshold: float | None
+    temperature: float
+    max_tokens: int
+    extract: str
+    evaluator: Evaluator | None = field(default=None, compare=False)
+
+    @property
+    def scored(self) -> bool:
+        """Whether feedback carries a numeric score (best-scored choice applies)."""
+        return self.score_field is not None
+
+
+def render(template: str, values: Mapping[str, str]) -> str:
+    """Fill ``{{name}}`` placeholders; every name must be in ``values``."""
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def builtin_jobs() -> dict[str, Path]:
+    """Built-in job names and their files."""
+    return {p.stem: p for p in sorted(_JOBS_DIR.glob("*.toml"))}
+
+
+def load_job(name_or_path: str) -> Job:
+    """Load a built-in job by name, or a job file by path."""
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" or path.exists()):
+        builtins = builtin_jobs()
+        if name_or_path not in builtins:
+            known = ", ".join(builtins) or "none"
+            raise JobError(name_or_path, "job", f"no such built-in job or file (built-in: {known})")
+        path = builtins[name_or_path]
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise JobError(str(path), "file", f"cannot read: {err.strerror}") from err
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise JobError(str(path), "toml", str(err)) from err
+    return _parse(data, path, raw)
+
+
+class _Reader:
+    """Typed access to a TOML document that names the offending key on error."""
+
+    __slots__ = ("data", "source")
+
+    def __init__(self, data: Mapping[str, Any], source: str) -> None:
+        self.data = data
+        self.source = source
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        node: Any = self.data
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                if default is ...:
+                    raise JobError(self.source, key, "missing")
+                return default
+            node = node[part]
+        if isinstance(node, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            raise JobError(self.source, key, f"expected {_kind_name(kind)}, got bool")
+        if not isinstance(node, kind):
+            raise JobError(
+                self.source, key, f"expected {_kind_name(kind)}, got {type(node).__name__}"
+            )
+        return node
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
+    src = str(path)
+    r = _Reader(data, src)
+    known_top = {
+        "name",
+        "description",
+        "input",
+        "prompts",
+        "feedback",
+        "stop",
+        "model",
+        "output",
+        "hooks",
+    }
+    for key in data:
+        if key not in known_top:
+            raise JobError(
+                src, key, f"unknown key (expected one of {', '.join(sorted(known_top))})"
+            )
+
+    name = r.get("name", str)
+    inputs = _parse_inputs(r)
+    input_names = {f.name for f in inputs}
+    clash = input_names & set(LOOP_VARIABLES)
+    if clash:
+        raise JobError(src, f"input.{sorted(clash)[0]}", "name is reserved for the loop")
+
+    prompts = {}
+    for role, extra in (("generate", ()), ("feedback", ("output",)), ("refine", LOOP_VARIABLES)):
+        text = r.get(f"prompts.{role}", str)
+        _check_placeholders(src, f"prompts.{role}", text, input_names | set(extra))
+        prompts[role] = text
+    if not _PLACEHOLDER.search(prompts["refine"]) or "history" not in _placeholders(
+        prompts["refine"]
+    ):
+        raise JobError(src, "prompts.refine", "must use {{history}} (earlier outputs and feedback)")
+    system = r.get("prompts.system", str, None)
+    if system is not None:
+        _check_placeholders(src, "prompts.system", system, input_names)
+
+    schema_raw = r.get("feedback.schema", (dict, str))
+    if isinstance(schema_raw, str):
+        try:
+            schema_raw = orjson.loads(schema_raw)
+        except orjson.JSONDecodeError as err:
+            raise JobError(src, "feedback.schema", f"invalid JSON: {err}") from err
+    schema: dict[str, Any] = schema_raw
+    if schema.get("type") != "object" or not isinstance(schema.get("properties"), dict):
+        raise JobError(src, "feedback.schema", "must be an object schema with properties")
+    props: dict[str, Any] = schema["properties"]
+    actions_field = r.get("feedback.actions_field", str, "actions")
+    done_field = r.get("feedback.done_field", str, "done")
+    score_field = r.get("feedback.score_field", str, None)
+    for key, fname, want in (
+        ("feedback.actions_field", actions_field, "array"),
+        ("feedback.done_field", done_field, "boolean"),
+        ("feedback.score_field", score_field, "number"),
+    ):
+        if fname is None:
+            continue
+        if fname not in props:
+            raise JobError(src, key, f"{fname!r} is not a property of feedback.schema")
+        got = props[fname].get("type")
+        if want == "number" and got in ("number", "integer"):
+            continue
+        if got != want:
+            raise JobError(src, key, f"property {fname!r} must have type {want!r}")
+
+    max_iters = r.get("stop.max_iters", int, 3)
+    if max_iters < 0:
+        raise JobError(src, "stop.max_iters", "must be >= 0")
+    threshold = r.get("stop.score_threshold", (int, float), None)
+    if threshold is not None and score_field is None:
+        raise JobError(src, "stop.score_threshold", "needs feedback.score_field")
+    temperature = float(r.get("model.temperature", (int, float), 0.7))
+    max_tokens = r.get("model.max_tokens", int, 1024)
+    if max_tokens <= 0:
+        raise JobError(src, "model.max_tokens", "must be > 0")
+    extract = r.get("output.extract", str, "text")
+    if extract not in EXTRACT_MODES:
+        raise JobError(src, "output.extract", f"must be one of {', '.join(EXTRACT_MODES)}")
+
+    digest = hashlib.sha256(raw)
+    evaluator = None
+    hooks_file = r.get("hooks.file", str, None)
+    if hooks_file is not None:
+        hooks_path = (path.parent / hooks_file).resolve()
+        module = _load_hooks(src, hooks_path)
+        digest.update(hooks_path.read_bytes())
+        evaluator = getattr(module, "evaluate", None)
+        if evaluator is not None and not callable(evaluator):
+            raise JobError(src, "hooks.file", "evaluate must be a function")
+
+    return Job(
+        name=name,
+        description=r.get("description", str, ""),
+        source=src,
+        content_hash=digest.hexdigest(),
+        inputs=inputs,
+        system_prompt=system,
+        generate_prompt=prompts["generate"],
+        feedback_prompt=prompts["feedback"],
+        refine_prompt=prompts["refine"],
+        feedback_schema=schema,
+        actions_field=actions_field,
+        done_field=done_field,
+        score_field=score_field,
+        max_iters=max_iters,
+        score_threshold=float(threshold) if threshold is not None else None,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        extract=extract,
+        evaluator=evaluator,
+    )
+
+
+def _parse_inputs(r: _Reader) -> tuple[InputField, ...]:
+    table = r.get("input", dict)
+    if not table:
+        raise JobError(r.source, "input", "a job needs at least one input field")
+    fields = []
+    for fname, spec in table.items():
+        key = f"input.{fname}"
+        if not isinstance(spec, dict):
+            raise JobError(r.source, key, "expected a table")
+        ftype = spec.get("type", "string")
+        if ftype not in FIELD_TYPES:
+            raise JobError(r.source, f"{key}.type", f"must be one of {', '.join(FIELD_TYPES)}")
+        required = spec.get("required", True)
+        if not isinstance(required, bool):
+            raise JobError(r.source, f"{key}.required", "expected bool")
+        fields.append(InputField(fname, ftype, required, str(spec.get("description", ""))))
+    return tuple(fields)
+
+
+def _placeholders(text: str) -> set[str]:
+    return {m.group(1) for m in _PLACEHOLDER.finditer(text)}
+
+
+def _check_placeholders(src: str, key: str, text: str, allowed: set[str]) -> None:
+    unknown = sorted(_placeholders(text) - allowed)
+    if unknown:
+        raise JobError(
+            src,
+            key,
+            f"unknown placeholder {{{{{unknown[0]}}}}} (known: {', '.join(sorted(allowed))})",
+        )
+
+
+def _load_hooks(src: str, path: Path) -> ModuleType:
+    if not path.is_file():
+        raise JobError(src, "hooks.file", f"no such file: {path}")
+    spec = importlib.util.spec_from_file_location(f"refine_job_hooks_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise JobError(src, "hooks.file", f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # a broken hook file is the job's error, not ours
+        raise JobError(src, "hooks.file", f"{type(err).__name__}: {err}") from err
+    return module

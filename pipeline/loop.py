@@ -1,0 +1,434 @@
+"""The Self-Refine loop for one record: generate, then feedback and refine until a stop rule holds.
+
+The loop is a fold over completed steps: ``plan`` looks at the steps so far and
+names the next call or the reason to stop. Resume is the same fold started from
+the steps the checkpoint store replays, so a resumed record never repeats a call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import anyio
+import orjson
+
+from .errors import CallError, FatalCallError, FeedbackParseError
+from .feedback import extract_code, parse_feedback, render_feedback
+from .jobs import Job, render
+from .records import Record
+
+__all__ = [
+    "Completion",
+    "ModelClient",
+    "Outcome",
+    "Step",
+    "StepSink",
+    "Stop",
+    "build_messages",
+    "choose",
+    "plan",
+    "refine_record",
+]
+
+Role = Literal["generate", "feedback", "refine"]
+STOP_REASONS = ("done", "score_threshold", "max_iters", "no_change", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What the client returns for one successful model call."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    attempts: int
+    finish_reason: str | None = None
+    messages: list[dict[str, str]] | None = None  # as sent, when the client changed them
+
+
+class ModelClient(Protocol):
+    """Anything that answers chat messages (the OpenAI client, or a fake in tests)."""
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        schema: Mapping[str, Any] | None,
+        temperature: float,
+        max_tokens: int,
+    ) -> Completion: ...
+
+
+class StepSink(Protocol):
+    """Where each completed step goes before the loop moves on (the checkpoint store)."""
+
+    async def save(self, record_id: str, index: int, step: Step) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One completed model call, as traced and checkpointed."""
+
+    role: Role
+    iteration: int
+    messages: list[dict[str, str]]
+    response: str
+    parsed: dict[str, Any] | None
+    usage: dict[str, int]
+    latency_s: float
+    attempts: int
+    error: dict[str, str] | None = None
+    output: str | None = None  # the answer this step produced (generate/refine), after extraction
+    metrics: dict[str, Any] | None = None  # the job's evaluator on that answer
+
+    def to_dict(self) -> dict[str, Any]:
+        """The trace/checkpoint shape."""
+        d: dict[str, Any] = {
+            "role": self.role,
+            "iteration": self.iteration,
+            "messages": self.messages,
+            "response": self.response,
+            "parsed": self.parsed,
+            "usage": self.usage,
+            "latency_s": self.latency_s,
+            "attempts": self.attempts,
+            "error": self.error,
+        }
+        if self.output is not None:
+            d["output"] = self.output
+        if self.metrics is not None:
+            d["metrics"] = self.metrics
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Step:
+        """Rebuild a step from its checkpoint shape."""
+        return cls(
+            role=d["role"],
+            iteration=int(d["iteration"]),
+            messages=list(d["messages"]),
+            response=d["response"],
+            parsed=d.get("parsed"),
+            usage=dict(d["usage"]),
+            latency_s=float(d["latency_s"]),
+            attempts=int(d["attempts"]),
+            error=d.get("error"),
+            output=d.get("output"),
+            metrics=d.get("metrics"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """The loop is over, and why."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A finished record: the output line's content plus the steps for its trace."""
+
+    record: Record
+    status: Literal["done", "failed"]
+    output: str | None
+    iterations: int
+    chosen_iteration: int | None
+    stop_reason: str
+    score: float | None
+    steps: tuple[Step, ...]
+    error: dict[str, str] | None = None
+    scores: tuple[float | None, ...] = field(default=())
+
+    def usage(self) -> dict[str, int]:
+        """Tokens and calls summed over the record's steps."""
+        return {
+            "prompt_tokens": sum(s.usage.get("prompt_tokens", 0) for s in self.steps),
+            "completion_tokens": sum(s.usage.get("completion_tokens", 0) for s in self.steps),
+            "calls": len(self.steps),
+        }
+
+    def output_line(self) -> dict[str, Any]:
+        """The outputs.jsonl object: DESIGN.md's fields, plus per-iteration scores and metrics."""
+        answers = [s for s in self.steps if s.output is not None]
+        metrics = [s.metrics for s in answers]
+        chosen = next((s for s in answers if s.iteration == self.chosen_iteration), None)
+        return {
+            "id": self.record.id,
+            "line": self.record.line,
+            "status": self.status,
+            "output": self.output,
+            "iterations": self.iterations,
+            "chosen_iteration": self.chosen_iteration,
+            "stop_reason": self.stop_reason,
+            "score": self.score,
+            "scores": list(self.scores),
+            "metrics": chosen.metrics if chosen is not None else None,
+            "metrics_by_iteration": metrics if any(m is not None for m in metrics) else None,
+            "usage": self.usage(),
+            "error": self.error,
+        }
+
+    def trace_line(self) -> dict[str, Any]:
+        """The traces.jsonl object."""
+        return {"id": self.record.id, "steps": [s.to_dict() for s in self.steps]}
+
+
+# -- pure parts --------------------------------------------------------------------------------
+
+
+def _answers(steps: Sequence[Step]) -> list[Step]:
+    return [s for s in steps if s.role != "feedback"]
+
+
+def _normalized(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def _score(job: Job, step: Step | None) -> float | None:
+    if step is None or step.parsed is None or job.score_field is None:
+        return None
+    value = step.parsed.get(job.score_field)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def plan(steps: Sequence[Step], job: Job, max_iters: int) -> tuple[Role, int] | Stop:
+    """The next call to make, or why the loop stops (first rule that holds wins).
+
+    Feedback is asked on every answer before the last; on the last answer only
+    when the job scores, so the best-scored iteration can be chosen.
+    """
+    if not steps:
+        return ("generate", 0)
+    last = steps[-1]
+    t = last.iteration
+    if last.role != "feedback":
+        answers = _answers(steps)
+        if (
+            last.role == "refine"
+            and len(answers) >= 2
+            and (_normalized(answers[-1].output) == _normalized(answers[-2].output))
+        ):
+            return Stop("no_change")
+        if max_iters == 0 or (t >= max_iters and not job.scored):
+            return Stop("max_iters")
+        return ("feedback", t)
+    parsed = last.parsed
+    if parsed is not None and parsed.get(job.done_field) is True:
+        return Stop("done")
+    score = _score(job, last)
+    if job.score_threshold is not None and score is not None and score >= job.score_threshold:
+        return Stop("score_threshold")
+    if t >= max_iters:
+        return Stop("max_iters")
+    return ("refine", t + 1)
+
+
+def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, list[float | None]]:
+    """The chosen iteration, its score and every iteration's score.
+
+    The best-scored iteration wins (ties go to the later one); without scores, the last.
+    """
+    answers = _answers(steps)
+    if not answers:
+        return None, None, []
+    feedback = {s.iteration: s for s in steps if s.role == "feedback"}
+    scores = [_score(job, feedback.get(a.iteration)) for a in answers]
+    best: int | None = None
+    for i, sc in enumerate(scores):
+        if sc is not None and (best is None or sc >= (scores[best] or 0.0)):
+            best = i
+    if best is None:
+        return answers[-1].iteration, None, scores
+    return answers[best].iteration, scores[best], scores
+
+
+def _field_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ", ".join(value)
+    return orjson.dumps(value).decode()
+
+
+def _feedback_text(job: Job, step: Step) -> str:
+    return render_feedback(
+        step.parsed,
+        step.response,
+        actions_field=job.actions_field,
+        done_field=job.done_field,
+        score_field=job.score_field,
+    )
+
+
+def render_history(job: Job, steps: Sequence[Step], upto: int) -> str:
+    """Every (answer, feedback) pair with iteration < ``upto``, oldest first."""
+    feedback = {s.iteration: s for s in steps if s.role == "feedback"}
+    parts = []
+    for a in _answers(steps):
+        if a.iteration >= upto or a.iteration not in feedback:
+            continue
+        parts.append(
+            f"### Attempt {a.iteration}\n{a.output}\n\n"
+            f"### Feedback on attempt {a.iteration}\n{_feedback_text(job, feedback[a.iteration])}"
+        )
+    return "\n\n".join(parts) if parts else "(no earlier attempts)"
+
+
+def build_messages(
+    job: Job, record: Record, role: Role, iteration: int, steps: Sequence[Step]
+) -> list[dict[str, str]]:
+    """The chat messages for one call, exactly as they will be sent."""
+    values = {f.name: _field_text(record.fields.get(f.name, "")) for f in job.inputs}
+    if role == "generate":
+        prompt = render(job.generate_prompt, values)
+    else:
+        answers = {s.iteration: s for s in _answers(steps)}
+        base = iteration if role == "feedback" else iteration - 1
+        values["output"] = answers[base].output or ""
+        if role == "feedback":
+            prompt = render(job.feedback_prompt, values)
+        else:
+            fb = next(s for s in steps if s.role == "feedback" and s.iteration == base)
+            values["feedback"] = _feedback_text(job, fb)
+            values["history"] = render_history(job, steps, base)
+            prompt = render(job.refine_prompt, values)
+    messages = []
+    if job.system_prompt:
+        messages.append({"role": "system", "content": render(job.system_prompt, values)})
+    messages.append({"role": "user", "content": prompt})
+    return messages
+
+
+# -- the async loop ----------------------------------------------------------------------------
+
+
+async def _evaluate(job: Job, record: Record, output: str) -> dict[str, Any] | None:
+    if job.evaluator is None:
+        return None
+    evaluator = job.evaluator
+    try:
+        # Evaluators may run a subprocess (program-aided answers): keep the event loop free.
+        result = await anyio.to_thread.run_sync(lambda: evaluator(record.fields, output))
+    except Exception as err:  # a broken evaluator is recorded, never a crash
+        return {"error": f"{type(err).__name__}: {err}"}
+    return dict(result)
+
+
+async def _make_step(
+    job: Job,
+    record: Record,
+    role: Role,
+    iteration: int,
+    messages: list[dict[str, str]],
+    comp: Completion,
+) -> Step:
+    usage = {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens}
+    if comp.messages is not None:
+        messages = comp.messages
+    error: dict[str, str] | None = None
+    if comp.finish_reason == "length":
+        error = {"type": "length", "message": "answer cut off at max_tokens (finish_reason=length)"}
+    if role == "feedback":
+        parsed: dict[str, Any] | None
+        try:
+            parsed = parse_feedback(
+                comp.text,
+                actions_field=job.actions_field,
+                done_field=job.done_field,
+                score_field=job.score_field,
+            )
+        except FeedbackParseError as err:
+            parsed, error = None, {"type": "feedback_parse", "message": str(err)}
+        return Step(
+            role,
+            iteration,
+            messages,
+            comp.text,
+            parsed,
+            usage,
+            comp.latency_s,
+            comp.attempts,
+            error,
+        )
+    output = extract_code(comp.text) if job.extract == "code" else comp.text.strip()
+    metrics = await _evaluate(job, record, output)
+    return Step(
+        role,
+        iteration,
+        messages,
+        comp.text,
+        None,
+        usage,
+        comp.latency_s,
+        comp.attempts,
+        error,
+        output=output,
+        metrics=metrics,
+    )
+
+
+def _finish(
+    job: Job, record: Record, steps: list[Step], reason: str, error: dict[str, str] | None = None
+) -> Outcome:
+    chosen, score, scores = choose(steps, job)
+    answers = {s.iteration: s for s in _answers(steps)}
+    output = answers[chosen].output if chosen is not None else None
+    return Outcome(
+        record=record,
+        status="failed" if error else "done",
+        output=output,
+        iterations=max((s.iteration for s in steps if s.role == "refine"), default=0),
+        chosen_iteration=chosen,
+        stop_reason=reason,
+        score=score,
+        steps=tuple(steps),
+        error=error,
+        scores=tuple(scores),
+    )
+
+
+async def refine_record(
+    record: Record,
+    job: Job,
+    client: ModelClient,
+    sink: StepSink,
+    *,
+    max_iters: int,
+    prior: Sequence[Step] = (),
+) -> Outcome:
+    """Run (or resume, from ``prior``) the loop for one record.
+
+    A call that fails for good fails the record; a FatalCallError propagates so
+    the run can stop.
+    """
+    steps = list(prior)
+    while True:
+        nxt = plan(steps, job, max_iters)
+        if isinstance(nxt, Stop):
+            return _finish(job, record, steps, nxt.reason)
+        role, iteration = nxt
+        messages = build_messages(job, record, role, iteration, steps)
+        try:
+            comp = await client.complete(
+                messages,
+                schema=job.feedback_schema if role == "feedback" else None,
+                temperature=job.temperature,
+                max_tokens=job.max_tokens,
+            )
+        except FatalCallError:
+            raise
+        except CallError as err:
+            return _finish(
+                job,
+                record,
+                steps,
+                "error",
+                {"type": err.kind, "message": f"{role} (iteration {iteration}): {err}"},
+            )
+        step = await _make_step(job, record, role, iteration, messages, comp)
+        await sink.save(record.id, len(steps), step)
+        steps.append(step)

@@ -1,0 +1,118 @@
+"""Writing outputs: ``outputs.jsonl``, ``traces.jsonl`` and ``errors.jsonl``.
+
+Each file is append-only and keyed (outputs and traces by record id, errors by
+input line), so a resumed run writes every key exactly once: on open the torn
+tail is repaired and the keys already present are read back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from .errors import InputError, StoreError
+from .loop import Outcome
+from .store import repair_tail
+
+__all__ = ["RAW_LIMIT", "KeyedJsonl", "Outputs"]
+
+RAW_LIMIT = 200  # characters of a broken input line kept in errors.jsonl
+
+
+class KeyedJsonl:
+    """An append-only JSONL file that remembers which keys it holds."""
+
+    def __init__(
+        self, path: Path, key: str, warn: Callable[[str], None], count: str | None = None
+    ) -> None:
+        self.path = path
+        self.key = key
+        self.count = count
+        self.counts: Counter[Any] = Counter()
+        repair_tail(path, warn)
+        self.keys: set[Any] = set()
+        if path.exists():
+            with path.open("rb") as fh:
+                for lineno, raw in enumerate(fh, start=1):
+                    try:
+                        obj = orjson.loads(raw)
+                        if obj[key] in self.keys:
+                            continue
+                        self.keys.add(obj[key])
+                        if count is not None:
+                            self.counts[obj.get(count)] += 1
+                    except (orjson.JSONDecodeError, KeyError, TypeError):
+                        warn(f"{path}:{lineno}: unreadable line ignored")
+        try:
+            self._fh: IO[bytes] = path.open("ab")
+        except OSError as err:
+            raise StoreError(f"cannot open {path}: {err.strerror}") from err
+
+    def append(self, obj: dict[str, Any]) -> bool:
+        """Write ``obj`` unless its key is already there; return whether it was written."""
+        k = obj[self.key]
+        if k in self.keys:
+            return False
+        try:
+            self._fh.write(orjson.dumps(obj) + b"\n")
+            self._fh.flush()
+        except OSError as err:
+            raise StoreError(f"cannot write {self.path}: {err.strerror}") from err
+        self.keys.add(k)
+        if self.count is not None:
+            self.counts[obj.get(self.count)] += 1
+        return True
+
+    def sync(self) -> None:
+        """Make what was written durable."""
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        """Close the file."""
+        self._fh.close()
+
+
+class Outputs:
+    """The three output files of a run directory."""
+
+    def __init__(self, run_dir: Path, warn: Callable[[str], None]) -> None:
+        self.outputs = KeyedJsonl(run_dir / "outputs.jsonl", "id", warn, count="status")
+        self.traces = KeyedJsonl(run_dir / "traces.jsonl", "id", warn)
+        self.errors = KeyedJsonl(run_dir / "errors.jsonl", "line", warn)
+
+    @property
+    def finished(self) -> set[str]:
+        """Ids of records that already have their output line."""
+        return self.outputs.keys
+
+    def finish(self, outcome: Outcome) -> None:
+        """Write a finished record: its trace first, then its output line (which marks it done)."""
+        self.traces.append(outcome.trace_line())
+        self.outputs.append(outcome.output_line())
+
+    def bad_line(self, err: InputError) -> bool:
+        """Record an input line that could not become a record (once per line)."""
+        return self.errors.append(
+            {
+                "line": err.line,
+                "error": err.reason if err.field is None else f"{err.field}: {err.reason}",
+                "field": err.field,
+                "raw": None if err.raw is None else err.raw[:RAW_LIMIT],
+            }
+        )
+
+    def sync(self) -> None:
+        """Flush all three files to disk."""
+        for f in (self.outputs, self.traces, self.errors):
+            f.sync()
+
+    def close(self) -> None:
+        """Close all three files."""
+        for f in (self.outputs, self.traces, self.errors):
+            f.close()

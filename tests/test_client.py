@@ -1,0 +1,205 @@
+"""The model client against the simulator: degradation, retries, fatal errors, pacing."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from pipeline.client import OpenAIClient, backoff_delay, classify_status, redact, retry_after
+from pipeline.errors import AuthError, CallError, FatalCallError
+from pipeline.limits import Limiter
+from pipeline.testing.simulator import SimConfig, Simulator
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["actions", "done"],
+    "properties": {"actions": {"type": "array", "items": {"type": "string"}},
+                   "done": {"type": "boolean"}},
+}
+MESSAGES = [{"role": "user", "content": "Review this code: print(1)"}]
+
+
+def make_client(sim: Simulator, **kw: Any) -> OpenAIClient:
+    args: dict[str, Any] = dict(model="m", base_url=sim.url, api_key="sk-test-key", timeout=2.0,
+                                max_retries=3, limiter=Limiter(), backoff_base=0.0,
+                                rng=random.Random(0))
+    args.update(kw)
+    return OpenAIClient(**args)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "rand", "expected"),
+    [(1, 0.0, 0.25), (1, 1.0, 0.5), (2, 1.0, 1.0), (3, 0.5, 1.5), (60, 1.0, 30.0),
+     (10**9, 1.0, 30.0), (0, 1.0, 0.5)],
+)
+def test_backoff_delay_table(attempt: int, rand: float, expected: float) -> None:
+    """Backoff doubles per attempt, keeps half of it fixed, and is capped without overflow."""
+    assert backoff_delay(attempt, rand) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [({"retry-after-ms": "250"}, 0.25), ({"retry-after": "3"}, 3.0),
+     ({"retry-after-ms": "x", "retry-after": "2"}, 2.0), ({}, None),
+     ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0)],
+)
+def test_retry_after_table(headers: dict[str, str], expected: float | None) -> None:
+    """Retry-After is read from milliseconds, seconds or an HTTP date (past dates mean now)."""
+    assert retry_after(headers) == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [(408, "retry"), (409, "retry"), (429, "retry"), (500, "retry"), (503, "retry"),
+     (401, "auth"), (403, "auth"), (400, "record"), (404, "record"), (422, "record")],
+)
+def test_classify_status(status: int, kind: str) -> None:
+    """Statuses map to retry, stop-the-run (auth) or fail-the-record."""
+    assert classify_status(status) == kind
+
+
+def test_redact_masks_secret() -> None:
+    """A secret inside an error message is masked."""
+    assert redact("bad key sk-abcdef given", "sk-abcdef") == "bad key *** given"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("structured", "expected_level"),
+                         [("json_schema", 0), ("json_object", 1), ("none", 2)])
+async def test_structured_output_degrades(structured: str, expected_level: int) -> None:
+    """The client falls back json_schema -> json_object -> text and still gets JSON feedback."""
+    with Simulator(SimConfig(structured=structured, fence_json=True)) as sim:
+        client = make_client(sim)
+        comp = await client.complete(MESSAGES, schema=SCHEMA, temperature=0, max_tokens=200)
+        await client.aclose()
+        assert client.level == expected_level
+        assert "actions" in comp.text
+        sent = sim.completed_bodies()[-1]
+    if expected_level == 0:
+        assert sent["response_format"]["type"] == "json_schema"
+    elif expected_level == 1:
+        assert sent["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    else:
+        assert "response_format" not in sent
+        assert "JSON Schema" in sent["messages"][-1]["content"]
+    # The messages recorded for the trace are the ones really sent.
+    assert comp.messages == sent["messages"]
+
+
+@pytest.mark.anyio
+async def test_retries_server_errors_then_succeeds() -> None:
+    """5xx answers are retried within --max-retries and the attempts are counted."""
+    with Simulator(SimConfig(p_500=0.5, faults_seed=3)) as sim:
+        client = make_client(sim, max_retries=10)
+        results = [await client.complete(MESSAGES + [{"role": "user", "content": str(i)}],
+                                         schema=None, temperature=0, max_tokens=50)
+                   for i in range(10)]
+        await client.aclose()
+        statuses = [r.status for r in sim.requests]
+    assert 500 in statuses
+    assert sum(r.attempts for r in results) == len(statuses)
+    assert client.retries == statuses.count(500)
+
+
+@pytest.mark.anyio
+async def test_gives_up_after_max_retries() -> None:
+    """A server that always fails exhausts the retries and raises a CallError naming the status."""
+    with Simulator(SimConfig(p_503=1.0)) as sim:
+        client = make_client(sim, max_retries=2)
+        with pytest.raises(CallError) as info:
+            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+        await client.aclose()
+        assert len(sim.requests) == 3
+    assert info.value.kind == "http_503"
+    assert info.value.attempts == 3
+
+
+@pytest.mark.anyio
+async def test_wrong_key_is_fatal_and_redacted() -> None:
+    """401 raises AuthError at once (no retries) and the key never appears in the message."""
+    with Simulator(SimConfig(api_key="sk-right")) as sim:
+        client = make_client(sim, api_key="sk-wrong-canary-123")
+        with pytest.raises(AuthError) as info:
+            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+        await client.aclose()
+        assert len(sim.requests) == 1
+    assert "sk-wrong-canary-123" not in str(info.value)
+
+
+@pytest.mark.anyio
+async def test_unknown_model_is_fatal() -> None:
+    """A 404 for the model stops the run rather than failing records one by one."""
+    with Simulator(SimConfig(models=("real-model",))) as sim:
+        client = make_client(sim, model="no-such-model")
+        with pytest.raises(FatalCallError, match="404"):
+            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+        await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_bad_request_fails_record_without_retry(sim: Simulator) -> None:
+    """A 400 unrelated to the response format fails the call at once, with the server's reason."""
+    client = make_client(sim)
+    with pytest.raises(CallError) as info:
+        await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=0)
+    await client.aclose()
+    assert info.value.kind == "http_400"
+    assert "max_tokens" in str(info.value)
+    assert len(sim.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_hang_times_out_and_is_retried() -> None:
+    """A server that never answers hits --timeout; the retry succeeds."""
+    with Simulator(SimConfig(p_hang=0.5, hang_s=30, faults_seed=1)) as sim:
+        client = make_client(sim, timeout=0.5, max_retries=6)
+        outs = [await client.complete([{"role": "user", "content": f"q{i}"}], schema=None,
+                                      temperature=0, max_tokens=20) for i in range(4)]
+        await client.aclose()
+        outcomes = [r.outcome for r in sim.requests]
+    assert "hang" in outcomes
+    assert all(o.text for o in outs)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("fault", ["p_reset", "p_truncate"])
+async def test_broken_connections_are_retried(fault: str) -> None:
+    """Connection resets and truncated bodies are retried, not crashes."""
+    with Simulator(SimConfig(**{fault: 0.5}, faults_seed=2)) as sim:  # type: ignore[arg-type]
+        client = make_client(sim, max_retries=8)
+        outs = [await client.complete([{"role": "user", "content": f"q{i}"}], schema=None,
+                                      temperature=0, max_tokens=20) for i in range(6)]
+        await client.aclose()
+        outcomes = {r.outcome for r in sim.requests}
+    assert outcomes & {"reset", "truncated"}
+    assert len(outs) == 6
+
+
+@pytest.mark.anyio
+async def test_refusal_fails_the_call() -> None:
+    """A refusal is reported as such, not retried forever."""
+    with Simulator(SimConfig(p_refusal=1.0)) as sim:
+        client = make_client(sim)
+        with pytest.raises(CallError) as info:
+            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+        await client.aclose()
+    assert info.value.kind == "refusal"
+
+
+@pytest.mark.anyio
+async def test_rate_limit_429_honours_retry_after_and_slows_pool() -> None:
+    """A 429 is retried after the server's wait, and the limiter's factor drops."""
+    with Simulator(SimConfig(rpm=60)) as sim:  # one request a second, bucket of one
+        limiter = Limiter()
+        client = make_client(sim, limiter=limiter, max_retries=5)
+        for i in range(3):
+            await client.complete([{"role": "user", "content": f"q{i}"}], schema=None,
+                                  temperature=0, max_tokens=5)
+        await client.aclose()
+        statuses = [r.status for r in sim.requests]
+    assert statuses.count(200) == 3
+    # The server's headers told the limiter its limit, so pacing avoided most refusals.
+    assert statuses.count(429) <= 1
