@@ -8,8 +8,10 @@ by prose, trailing commas and Python-style literals. Pure functions only.
 from __future__ import annotations
 
 import ast
+import io
 import math
 import re
+import tokenize
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +24,7 @@ __all__ = ["extract_code", "normalize", "parse_feedback", "render_feedback"]
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _SCORE_TEXT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*(\d+(?:\.\d+)?))?\s*$")
+_JSON_NAMES = {"true": "True", "false": "False", "null": "None"}
 _TRUE = {"true", "yes", "y", "1", "done"}
 _FALSE = {"false", "no", "n", "0", ""}
 
@@ -45,14 +48,22 @@ def _loads(candidate: str) -> Any:
         return orjson.loads(repaired)
     except orjson.JSONDecodeError:
         pass
-    # Python-style literals: single quotes, True/False/None.
-    pythonic = re.sub(r"\btrue\b", "True", repaired)
-    pythonic = re.sub(r"\bfalse\b", "False", pythonic)
-    pythonic = re.sub(r"\bnull\b", "None", pythonic)
+    # Python-style literals (single quotes, True/False/None), with JSON's names
+    # swapped only where they are names, never inside strings.
     try:
-        return ast.literal_eval(pythonic)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return ast.literal_eval(_pythonic(repaired))
+    except (ValueError, SyntaxError, MemoryError, RecursionError, tokenize.TokenError):
         return None
+
+
+def _pythonic(text: str) -> str:
+    tokens = [
+        tok._replace(string=_JSON_NAMES[tok.string])
+        if tok.type == tokenize.NAME and tok.string in _JSON_NAMES
+        else tok
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+    ]
+    return tokenize.untokenize(tokens)
 
 
 def parse_feedback(

@@ -71,6 +71,15 @@ _TOP_KEYS = (
     "prompts",
     "stop",
 )
+_TABLE_KEYS = {
+    "prompts": ("feedback", "generate", "refine", "system"),
+    "feedback": ("actions_field", "done_field", "schema", "score_field"),
+    "stop": ("max_iters", "score_threshold"),
+    "model": ("max_tokens", "temperature"),
+    "output": ("extract",),
+    "hooks": ("file",),
+}
+_FIELD_KEYS = ("description", "required", "type")
 _JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
 
 Evaluator = Callable[[Mapping[str, Any], str], Mapping[str, Any]]
@@ -194,22 +203,23 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
     src = str(path)
     r = _Reader(data, src)
-    known_top = {
-        "name",
-        "description",
-        "input",
-        "prompts",
-        "feedback",
-        "stop",
-        "model",
-        "output",
-        "hooks",
-    }
     for key in data:
-        if key not in known_top:
-            raise JobError(
-                src, key, f"unknown key (expected one of {', '.join(sorted(known_top))})"
-            )
+        if key not in _TOP_KEYS:
+            raise JobError(src, key, f"unknown key (expected one of {', '.join(_TOP_KEYS)})")
+    for table, known in _TABLE_KEYS.items():
+        for key in r.get(table, dict, {}):
+            if key not in known:
+                raise JobError(
+                    src, f"{table}.{key}", f"unknown key (expected one of {', '.join(known)})"
+                )
+    for fname, spec in r.get("input", dict, {}).items():
+        for key in spec if isinstance(spec, dict) else ():
+            if key not in _FIELD_KEYS:
+                raise JobError(
+                    src,
+                    f"input.{fname}.{key}",
+                    f"unknown key (expected one of {', '.join(_FIELD_KEYS)})",
+                )
 
     name = r.get("name", str)
     inputs = _parse_inputs(r)
@@ -237,6 +247,8 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
             schema_raw = orjson.loads(schema_raw)
         except orjson.JSONDecodeError as err:
             raise JobError(src, "feedback.schema", f"invalid JSON: {err}") from err
+    if not isinstance(schema_raw, dict):
+        raise JobError(src, "feedback.schema", "must be an object schema with properties")
     schema: dict[str, Any] = schema_raw
     if schema.get("type") != "object" or not isinstance(schema.get("properties"), dict):
         raise JobError(src, "feedback.schema", "must be an object schema with properties")
@@ -253,7 +265,10 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
             continue
         if fname not in props:
             raise JobError(src, key, f"{fname!r} is not a property of feedback.schema")
-        got = props[fname].get("type")
+        prop = props[fname]
+        if not isinstance(prop, dict):
+            raise JobError(src, key, f"property {fname!r} must be a table")
+        got = prop.get("type")
         if want == "number" and got in ("number", "integer"):
             continue
         if got != want:

@@ -66,9 +66,11 @@ def parse_duration(text: str) -> float | None:
     """Seconds in an ``x-ratelimit-reset-*`` value such as ``1s``, ``250ms`` or ``6m0s``."""
     text = text.strip()
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         pass
+    else:
+        return value if math.isfinite(value) and value >= 0 else None
     parts = _DURATION_PART.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         return None
@@ -203,10 +205,12 @@ class Limiter:
             self._factor = max(MIN_FACTOR, self._factor * SLOWDOWN)
             self._retune()
         self._last_tick = now
-        if retry_after is not None and self._requests is not None:
+        if retry_after is not None:
             # The server's bucket is empty until then; a short hold keeps the
             # next requests from being refused too. Long waits stay per request.
-            self._requests.hold(now + min(retry_after, 1.0))
+            for pace in (self._requests, self._tokens):
+                if pace is not None:
+                    pace.hold(now + min(retry_after, 1.0))
 
     def observe(self, headers: Mapping[str, str]) -> None:
         """Adopt the limits the server announces when they are tighter than ours."""

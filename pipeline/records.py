@@ -86,6 +86,8 @@ def read_records(
     with path.open("rb") as fh:
         for line, raw in enumerate(fh, start=1):
             raw = raw.rstrip(b"\r\n")
+            if line == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
             if not raw.strip():
                 continue
             try:

@@ -154,15 +154,21 @@ async def _endpoint(
             settings.structured,
         )
         return
-    from .local import LocalServer, resolve_model  # optional extra: imported only when used
+    from .local import LocalModelError, LocalServer, resolve_model  # the optional extra
 
     try:
-        model = resolve_model(settings.local_model)
-    except ValueError as err:
+        # Resolving may download and hash the model: keep the event loop free.
+        model = await anyio.to_thread.run_sync(resolve_model, settings.local_model)
+        server = LocalServer(model, log_dir=run_dir)
+        await server.__aenter__()
+    except LocalModelError as err:
         raise ConfigError(str(err)) from err
-    async with LocalServer(model, log_dir=run_dir) as server:
+    try:
         # llama.cpp's server takes json_object with a schema and refuses json_schema.
         yield server.model, server.base_url, server.parallel, "json_object"
+    finally:
+        with anyio.CancelScope(shield=True):
+            await server.__aexit__(None, None, None)
 
 
 async def arun(

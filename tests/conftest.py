@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+
 import pytest
 
 from pipeline.testing.simulator import SimConfig, Simulator
+
 
 @pytest.fixture
 def anyio_backend() -> str:

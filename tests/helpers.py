@@ -24,5 +24,7 @@ def read_jsonl(path: Path) -> list[dict[str, object]]:
 
 def tasks(n: int, start: int = 0) -> list[dict[str, object]]:
     """``n`` distinct code-improve records."""
-    return [{"id": f"r{i}", "task": f"Write a Python function number {i} that sums a list"}
-            for i in range(start, start + n)]
+    return [
+        {"id": f"r{i}", "task": f"Write a Python function number {i} that sums a list"}
+        for i in range(start, start + n)
+    ]

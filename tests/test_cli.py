@@ -22,14 +22,16 @@ REFINE = [sys.executable, "-m", "pipeline.cli"]
 
 def refine(*args: str, key: str = "sk-test", **kw: object) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OPENAI_API_KEY": key}
-    return subprocess.run([*REFINE, *args], env=env, capture_output=True, text=True, timeout=120,
-                          **kw)  # type: ignore[call-overload, no-any-return]
+    return subprocess.run(
+        [*REFINE, *args], env=env, capture_output=True, text=True, timeout=120, **kw
+    )  # type: ignore[call-overload, no-any-return]
 
 
 def start(*args: str, key: str = "sk-test") -> subprocess.Popen[str]:
     env = {**os.environ, "OPENAI_API_KEY": key}
-    return subprocess.Popen([*REFINE, *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [*REFINE, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def wait_for_calls(run_dir: Path, n: int, proc: subprocess.Popen[str], limit_s: float = 30) -> None:
@@ -73,8 +75,18 @@ def test_sigkill_several_times_then_resume(tmp_path: Path) -> None:
     n, concurrency, kills = 60, 8, 4
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(n))
     run_dir = tmp_path / "run"
-    args = ("run", "code-improve", str(inp), "--out", str(run_dir), "--max-iters", "2",
-            "--concurrency", str(concurrency), "--quiet")
+    args = (
+        "run",
+        "code-improve",
+        str(inp),
+        "--out",
+        str(run_dir),
+        "--max-iters",
+        "2",
+        "--concurrency",
+        str(concurrency),
+        "--quiet",
+    )
     rng = random.Random(7)
     with Simulator(SimConfig(latency_s=0.03, p_done=0.2)) as sim:
         args = (*args, "--base-url", sim.url, "--model", "sim-model")
@@ -96,8 +108,9 @@ def test_sigkill_several_times_then_resume(tmp_path: Path) -> None:
                     for line in lines[:-1]:
                         orjson.loads(line)
         final = refine(*args)
-        bodies = Counter(orjson.dumps(b["messages"], option=orjson.OPT_SORT_KEYS)
-                         for b in sim.completed_bodies())
+        bodies = Counter(
+            orjson.dumps(b["messages"], option=orjson.OPT_SORT_KEYS) for b in sim.completed_bodies()
+        )
     assert killed >= 2, "the run must have been killed mid-way at least twice"
     assert final.returncode == 0, final.stderr
     outs = read_jsonl(run_dir / "outputs.jsonl")
@@ -108,8 +121,9 @@ def test_sigkill_several_times_then_resume(tmp_path: Path) -> None:
     for f in ("outputs.jsonl", "traces.jsonl", "checkpoint.jsonl", "errors.jsonl"):
         if (run_dir / f).exists():
             assert_clean_jsonl(run_dir / f)
-    used = Counter(orjson.dumps(s["messages"], option=orjson.OPT_SORT_KEYS)
-                   for t in traces for s in t["steps"])
+    used = Counter(
+        orjson.dumps(s["messages"], option=orjson.OPT_SORT_KEYS) for t in traces for s in t["steps"]
+    )
     assert not used - bodies
     assert sum((bodies - used).values()) <= killed * concurrency
 
@@ -120,8 +134,18 @@ def test_graceful_signal_exits_130_and_resumes(tmp_path: Path, signum: int) -> N
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(40))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.05, p_done=0.2)) as sim:
-        args = ("run", "code-improve", str(inp), "--out", str(run_dir), "--base-url", sim.url,
-                "--concurrency", "4", "--quiet")
+        args = (
+            "run",
+            "code-improve",
+            str(inp),
+            "--out",
+            str(run_dir),
+            "--base-url",
+            sim.url,
+            "--concurrency",
+            "4",
+            "--quiet",
+        )
         proc = start(*args)
         wait_for_calls(run_dir, 8, proc)
         proc.send_signal(signum)
@@ -142,8 +166,19 @@ def test_torn_files_repaired_on_resume(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(12))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.0, p_done=0.0)) as sim:
-        args = ("run", "code-improve", str(inp), "--out", str(run_dir), "--base-url", sim.url,
-                "--max-iters", "1", "--concurrency", "2")
+        args = (
+            "run",
+            "code-improve",
+            str(inp),
+            "--out",
+            str(run_dir),
+            "--base-url",
+            sim.url,
+            "--max-iters",
+            "1",
+            "--concurrency",
+            "2",
+        )
         first = refine(*args, "--limit", "6")
         assert first.returncode == 0, first.stderr
         for name in ("checkpoint.jsonl", "outputs.jsonl"):
@@ -163,8 +198,18 @@ def test_second_launch_is_refused_while_first_runs(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(20))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.2)) as sim:
-        args = ("run", "code-improve", str(inp), "--out", str(run_dir), "--base-url", sim.url,
-                "--concurrency", "2", "--quiet")
+        args = (
+            "run",
+            "code-improve",
+            str(inp),
+            "--out",
+            str(run_dir),
+            "--base-url",
+            sim.url,
+            "--concurrency",
+            "2",
+            "--quiet",
+        )
         proc = start(*args)
         wait_for_calls(run_dir, 1, proc)
         second = refine(*args)
@@ -181,8 +226,18 @@ def test_lock_of_killed_process_is_taken_over(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(6))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.2)) as sim:
-        args = ("run", "code-improve", str(inp), "--out", str(run_dir), "--base-url", sim.url,
-                "--max-iters", "0", "--quiet")
+        args = (
+            "run",
+            "code-improve",
+            str(inp),
+            "--out",
+            str(run_dir),
+            "--base-url",
+            sim.url,
+            "--max-iters",
+            "0",
+            "--quiet",
+        )
         proc = start(*args)
         wait_for_calls(run_dir, 1, proc)
         proc.kill()
@@ -197,8 +252,21 @@ def test_resume_uses_manifest_settings(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.0)) as sim:
-        first = refine("run", "code-improve", str(inp), "--out", str(run_dir), "--base-url",
-                       sim.url, "--model", "sim-model", "--max-iters", "1", "--limit", "4")
+        first = refine(
+            "run",
+            "code-improve",
+            str(inp),
+            "--out",
+            str(run_dir),
+            "--base-url",
+            sim.url,
+            "--model",
+            "sim-model",
+            "--max-iters",
+            "1",
+            "--limit",
+            "4",
+        )
         assert first.returncode == 0, first.stderr
         # The manifest's limit was 4: resume keeps it, so raise it by running again first.
         resumed = refine("resume", str(run_dir))
@@ -213,8 +281,16 @@ def test_exit_status_for_auth_failure(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(50))
     canary = "sk-canary-cli-4242"
     with Simulator(SimConfig(api_key="sk-right")) as sim:
-        out = refine("run", "code-improve", str(inp), "--out", str(tmp_path / "run"),
-                     "--base-url", sim.url, key=canary)
+        out = refine(
+            "run",
+            "code-improve",
+            str(inp),
+            "--out",
+            str(tmp_path / "run"),
+            "--base-url",
+            sim.url,
+            key=canary,
+        )
     assert out.returncode == 3
     assert "401" in out.stderr
     assert canary not in out.stderr + out.stdout
@@ -226,8 +302,17 @@ def test_non_tty_progress_is_plain_log_lines(tmp_path: Path) -> None:
     """Without a terminal, progress is plain log lines (no bar control characters)."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(5))
     with Simulator(SimConfig(latency_s=0.0)) as sim:
-        out = refine("run", "code-improve", str(inp), "--out", str(tmp_path / "run"),
-                     "--base-url", sim.url, "--max-iters", "0")
+        out = refine(
+            "run",
+            "code-improve",
+            str(inp),
+            "--out",
+            str(tmp_path / "run"),
+            "--base-url",
+            sim.url,
+            "--max-iters",
+            "0",
+        )
     assert out.returncode == 0
     assert "\r" not in out.stderr
     assert "5/5 records (5 done, 0 failed" in out.stdout

