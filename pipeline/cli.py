@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="refinements at most (default: the job's; 0 = generation only)",
     )
     p.add_argument(
+        "--min-iters",
+        type=_non_negative_int,
+        default=0,
+        help="refinements before the critic's done may stop a loop (default 0); "
+        "small local models often call their first draft done",
+    )
+    p.add_argument(
         "--concurrency",
         type=_positive_int,
         default=_DEFAULTS.concurrency,
@@ -148,6 +155,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         model=args.model,
         base_url=args.base_url,
         max_iters=args.max_iters,
+        min_iters=args.min_iters,
         concurrency=args.concurrency,
         rpm=args.rpm,
         tpm=args.tpm,
@@ -212,11 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``refine`` command."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if getattr(args, "quiet", False) else logging.INFO,
-        format="refine: %(message)s",
-        stream=sys.stderr,
-    )
+    # Only our own logger speaks on the console: HTTP libraries log every request at INFO.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("refine: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
+    log.propagate = False
     commands: dict[str, Any] = {
         "run": _cmd_run,
         "resume": _cmd_resume,

@@ -25,16 +25,20 @@ import anyio
 
 __all__ = ["Limiter", "Pace", "estimate_tokens", "parse_duration", "request_cost"]
 
-# A burst of a quarter second of budget: small enough that a per-second bucket
-# (capacity = limit / 60) always has room for it plus network jitter, large
-# enough that pacing does not serialise requests behind the event loop's timer
-# resolution.
-BURST_S = 0.25
-# Adaptive slow-down after a 429: multiplicative decrease, at most once per
-# window, then a slow additive recovery while no 429 arrives.
-SLOWDOWN = 0.85
+# No burst at all: requests go strictly 1/rate apart from the first one. A server
+# may count per second in a token bucket (capacity limit/60), a sliding window or
+# fixed calendar seconds; strict spacing at the limit never exceeds any of them,
+# while even a quarter-second burst at start overflows a window counter (the first
+# second would see the burst plus a full second of paced requests). The cost is
+# at most one second of budget at start, which a bucket-enforcing server would
+# have allowed.
+BURST_S = 0.0
+# Adaptive slow-down after a 429: a gentle multiplicative decrease, at most once
+# per window, then a slow additive recovery while no 429 arrives. Gentle, because
+# with strict pacing a 429 means timing jitter at a window edge, not a wrong rate.
+SLOWDOWN = 0.9
 MIN_FACTOR = 0.3
-RECOVERY_PER_S = 0.02
+RECOVERY_PER_S = 0.01
 SLOWDOWN_WINDOW_S = 1.0
 # Tokens a chat request costs beyond its message texts (role markers, priming).
 TOKENS_PER_MESSAGE = 4
@@ -212,9 +216,21 @@ class Limiter:
                 if pace is not None:
                     pace.hold(now + min(retry_after, 1.0))
 
+    def _respect_empty(self, headers: Mapping[str, str], kind: str) -> None:
+        """The server says this budget is spent: send nothing of it until it refills a little."""
+        if headers.get(f"x-ratelimit-remaining-{kind}", "").strip() != "0":
+            return
+        pace = self._requests if kind == "requests" else self._tokens
+        reset = parse_duration(headers.get(f"x-ratelimit-reset-{kind}", ""))
+        if pace is not None and reset is not None:
+            # Capped: a minute-window server's reset can be long, and other answers in
+            # flight may already have been admitted; a 429 still slows us properly.
+            pace.hold(self._clock() + min(reset, 1.0))
+
     def observe(self, headers: Mapping[str, str]) -> None:
-        """Adopt the limits the server announces when they are tighter than ours."""
+        """Adopt the limits the server announces when tighter than ours; respect an empty budget."""
         for kind in ("requests", "tokens"):
+            self._respect_empty(headers, kind)
             raw = headers.get(f"x-ratelimit-limit-{kind}")
             if not raw:
                 continue

@@ -195,11 +195,14 @@ def _score(job: Job, step: Step | None) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def plan(steps: Sequence[Step], job: Job, max_iters: int) -> tuple[Role, int] | Stop:
+def plan(
+    steps: Sequence[Step], job: Job, max_iters: int, min_iters: int = 0
+) -> tuple[Role, int] | Stop:
     """The next call to make, or why the loop stops (first rule that holds wins).
 
     Feedback is asked on every answer before the last; on the last answer only
-    when the job scores, so the best-scored iteration can be chosen.
+    when the job scores, so the best-scored iteration can be chosen. The critic's
+    ``done`` and the score threshold count only once ``min_iters`` refinements are made.
     """
     if not steps:
         return ("generate", 0)
@@ -217,10 +220,16 @@ def plan(steps: Sequence[Step], job: Job, max_iters: int) -> tuple[Role, int] | 
             return Stop("max_iters")
         return ("feedback", t)
     parsed = last.parsed
-    if parsed is not None and parsed.get(job.done_field) is True:
+    accept = t >= min_iters
+    if accept and parsed is not None and parsed.get(job.done_field) is True:
         return Stop("done")
     score = _score(job, last)
-    if job.score_threshold is not None and score is not None and score >= job.score_threshold:
+    if (
+        accept
+        and job.score_threshold is not None
+        and score is not None
+        and score >= job.score_threshold
+    ):
         return Stop("score_threshold")
     if t >= max_iters:
         return Stop("max_iters")
@@ -400,6 +409,7 @@ async def refine_record(
     sink: StepSink,
     *,
     max_iters: int,
+    min_iters: int = 0,
     prior: Sequence[Step] = (),
 ) -> Outcome:
     """Run (or resume, from ``prior``) the loop for one record.
@@ -409,7 +419,7 @@ async def refine_record(
     """
     steps = list(prior)
     while True:
-        nxt = plan(steps, job, max_iters)
+        nxt = plan(steps, job, max_iters, min_iters)
         if isinstance(nxt, Stop):
             return _finish(job, record, steps, nxt.reason)
         role, iteration = nxt

@@ -67,6 +67,7 @@ class Settings:
     model: str = "gpt-4o-mini"
     base_url: str | None = None
     max_iters: int | None = None  # None: the job's default
+    min_iters: int = 0  # refinements before the critic's done (or a score) may stop a loop
     concurrency: int = 64
     rpm: float | None = None
     tpm: float | None = None
@@ -126,7 +127,7 @@ def _manifest(
     shown = {
         k: v
         for k, v in asdict(settings).items()
-        if k not in ("model", "base_url", "max_iters", "id_field")
+        if k not in ("model", "base_url", "max_iters", "min_iters", "id_field")
     }
     return {
         "package": "refine",
@@ -135,6 +136,7 @@ def _manifest(
         "model": model,
         "base_url": _clean_url(base_url),
         "max_iters": max_iters,
+        "min_iters": settings.min_iters,
         "id_field": settings.id_field,
         "settings": shown,
         "input": {"path": str(input_path.resolve()), "fingerprint": fingerprint(input_path)},
@@ -194,6 +196,8 @@ async def arun(
     max_iters = job.max_iters if settings.max_iters is None else settings.max_iters
     if max_iters < 0:
         raise ConfigError("--max-iters must be >= 0")
+    if not 0 <= settings.min_iters <= max_iters:
+        raise ConfigError(f"--min-iters must be between 0 and --max-iters ({max_iters})")
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY")
     rd = RunDir(Path(out_dir))
@@ -314,7 +318,13 @@ async def _execute(
         replayed = prior.pop(record.id, [])
         try:
             outcome: Outcome = await refine_record(
-                record, job, client, journal, max_iters=max_iters, prior=replayed
+                record,
+                job,
+                client,
+                journal,
+                max_iters=max_iters,
+                min_iters=settings.min_iters,
+                prior=replayed,
             )
         finally:
             counters.in_flight -= 1
@@ -440,6 +450,7 @@ def settings_from_manifest(manifest: dict[str, Any]) -> Settings:
         model=model,
         base_url=manifest.get("base_url") if not values.get("local") else None,
         max_iters=manifest.get("max_iters"),
+        min_iters=manifest.get("min_iters", 0),
         id_field=manifest.get("id_field", "id"),
         **values,
     )

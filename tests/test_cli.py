@@ -316,3 +316,22 @@ def test_non_tty_progress_is_plain_log_lines(tmp_path: Path) -> None:
     assert out.returncode == 0
     assert "\r" not in out.stderr
     assert "5/5 records (5 done, 0 failed" in out.stdout
+
+
+def test_console_shows_no_http_library_chatter(tmp_path: Path) -> None:
+    """The console carries refine's own lines only, not one line per HTTP request."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
+    with Simulator(SimConfig(latency_s=0.0)) as sim:
+        out = refine(
+            "run",
+            "code-improve",
+            str(inp),
+            "--out",
+            str(tmp_path / "run"),
+            "--base-url",
+            sim.url,
+            "--max-iters",
+            "1",
+        )
+    assert out.returncode == 0
+    assert "HTTP Request" not in out.stderr

@@ -396,3 +396,24 @@ async def test_settle_corrects_the_token_budget(actual: int | None, shift: float
     await limiter.acquire(30, 70)
     # without correction the next request starts 1 s later; 20 tokens are 0.2 s at 100/s
     assert clock.now - planned == pytest.approx(1.0 + shift)
+
+
+def test_empty_budget_header_holds_next_request() -> None:
+    """An answer saying remaining=0 makes the next request wait for the announced reset."""
+    clock = FakeClock()
+    limiter = Limiter(rpm=600, clock=clock)
+    _, first = limiter.book(10, 10)
+    limiter.observe({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "400ms"})
+    _, wait = limiter.book(10, 10)
+    assert first == 0.0
+    assert wait == pytest.approx(0.4)
+
+
+def test_nonzero_remaining_does_not_hold() -> None:
+    """A budget that is not spent changes nothing beyond normal pacing."""
+    clock = FakeClock()
+    limiter = Limiter(rpm=600, clock=clock)
+    limiter.book(10, 10)
+    limiter.observe({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "400ms"})
+    _, wait = limiter.book(10, 10)
+    assert wait == pytest.approx(0.1)

@@ -550,3 +550,13 @@ async def test_evaluator_metrics_are_kept_and_its_errors_recorded() -> None:
     assert answers[1].metrics == {"error": "ValueError: cannot score v1"}
     assert all(s.metrics is None for s in outcome.steps if s.role == "feedback")
     assert outcome.status == "done"
+
+
+def test_min_iters_overrides_early_done() -> None:
+    """With min_iters=1 the critic's done (or a top score) on the first draft does not stop."""
+    steps = [gen("draft"), fb(0, done=True, score=10)]
+    assert plan(steps, SCORED, max_iters=2) == Stop("done")
+    assert plan(steps, SCORED, max_iters=2, min_iters=1) == ("refine", 1)
+    assert plan([gen(), fb(0, score=10)], SCORED, 2, 1) == ("refine", 1)
+    later = [*steps, ref(1, "better"), fb(1, done=True)]
+    assert plan(later, SCORED, max_iters=2, min_iters=1) == Stop("done")

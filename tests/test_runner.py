@@ -431,3 +431,29 @@ def test_thousand_concurrent_http_loops(tmp_path: Path) -> None:
     assert len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) == 1000
     # Far more requests arrived during the first answer's latency than a small pool could send.
     assert sum(1 for t in arrivals if t < arrivals[0] + 0.5) > 100
+
+
+def test_min_iters_forces_a_refinement(tmp_path: Path) -> None:
+    """With a critic that always says done, --min-iters 1 still refines every record once."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(6))
+    with Simulator(SimConfig(p_done=1.0)) as sim:
+        run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim, min_iters=1),
+            api_key="k",
+            show_progress=False,
+        )
+        with pytest.raises(ConfigError, match="min-iters"):
+            run(
+                "code-improve",
+                inp,
+                tmp_path / "bad",
+                settings(sim, min_iters=3),
+                api_key="k",
+                show_progress=False,
+            )
+    for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
+        roles = [s["role"] for s in trace["steps"]]
+        assert roles[:4] == ["generate", "feedback", "refine", "feedback"]
