@@ -11,6 +11,7 @@ from .errors import (
     RunDirError,
     RunLocked,
     StoreError,
+    UnavailableError,
 )
 from .jobs import Job, builtin_jobs, load_job
 from .runner import EXIT, RunSummary, Settings, arun, resume, run
@@ -30,6 +31,7 @@ __all__ = [
     "RunSummary",
     "Settings",
     "StoreError",
+    "UnavailableError",
     "arun",
     "builtin_jobs",
     "load_job",

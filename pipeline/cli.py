@@ -28,6 +28,7 @@ EPILOG = """exit status:
   2    bad usage or configuration (unknown job or model, RUN_DIR in use or of another run)
   3    authentication failure (the endpoint refused the API key)
   4    the run directory cannot be written (disk full, read-only); resumable
+  5    the endpoint stayed unavailable longer than --max-outage; resumable
   130  interrupted (SIGINT/SIGTERM); resumable with the same command or `refine resume`
 """
 
@@ -108,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="retries per call on 429/5xx/timeouts (default %(default)s)",
     )
     p.add_argument(
+        "--max-outage",
+        type=_positive_float,
+        default=_DEFAULTS.max_outage,
+        help="seconds an endpoint may keep failing (5xx, timeouts, refused connections) "
+        "before the run stops, resumable (default %(default)g)",
+    )
+    p.add_argument(
         "--id-field",
         default=_DEFAULTS.id_field,
         help="input field holding the record id (default %(default)s; "
@@ -161,6 +169,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         tpm=args.tpm,
         timeout=args.timeout,
         max_retries=args.max_retries,
+        max_outage=args.max_outage,
         id_field=args.id_field,
         limit=args.limit,
         local=args.local or args.local_model is not None,

@@ -14,6 +14,7 @@ of the run down to the next one.
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +25,7 @@ import httpx2
 import openai
 import orjson
 
-from .errors import AuthError, CallError, FatalCallError
+from .errors import AuthError, CallError, FatalCallError, UnavailableError
 from .limits import Limiter, estimate_tokens
 from .loop import Completion
 
@@ -37,6 +38,13 @@ BACKOFF_CAP_S = 30.0
 # wait out with our own backoff rather than trusted blindly.
 RETRY_AFTER_CAP_S = 120.0
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+# Consecutive server faults (5xx, timeouts, broken connections) with no success
+# between them, pool-wide, that make an outage; probe spacing while in one; how
+# long an outage is waited out (much less for an endpoint that never answered).
+OUTAGE_AFTER = 8
+OUTAGE_PROBE_CAP_S = 5.0
+MAX_OUTAGE_S = 300.0
+FIRST_CONTACT_S = 30.0
 _DEGRADE_HINTS = ("response_format", "json", "schema", "grammar")
 
 
@@ -120,6 +128,7 @@ class OpenAIClient:
         structured: str = "json_schema",
         max_in_flight: int | None = None,
         backoff_base: float = BACKOFF_BASE_S,
+        max_outage: float = MAX_OUTAGE_S,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -136,6 +145,9 @@ class OpenAIClient:
         self._rng = rng or random.Random()
         self._clock = clock
         self._slots = anyio.Semaphore(max_in_flight) if max_in_flight else None
+        self.outage = Outage(
+            max_outage, FIRST_CONTACT_S, clock, threshold=min(OUTAGE_AFTER, max_retries + 1)
+        )
         connections = max(concurrency, 16) + 16
         self._http = openai.DefaultAsyncHttpx2Client(
             limits=httpx2.Limits(
@@ -207,100 +219,132 @@ class OpenAIClient:
         started = self._clock()
         while True:
             attempt += 1
-            status: int | None = None
-            level = self.level
-            sent, params = self._request(messages, schema, level, temperature, max_tokens)
-            booking = await self.limiter.acquire(estimate_tokens(sent), max_tokens)
-            self.calls += 1
+            # While the server is down, one request at a time probes it, so the pool
+            # neither hammers a dead endpoint nor burns every call's retries on it.
+            probing = self.outage.open
+            if probing:
+                await self.outage.lock.acquire()
+                if not self.outage.open:  # it came back while we queued
+                    self.outage.lock.release()
+                    probing = False
             try:
-                with anyio.fail_after(self.timeout + 5.0):
-                    # A plain POST of bytes we encode: the SDK's typed resource method
-                    # transforms every message dict and json-encodes with the standard
-                    # library, which costs more CPU per call than the rest of the pipeline.
-                    # Auth, base URL and the mapping of error statuses to exceptions stay
-                    # the SDK's.
-                    raw = await self._sdk.post(
-                        "/chat/completions",
-                        cast_to=httpx2.Response,
-                        content=orjson.dumps({"model": self.model, "messages": sent, **params}),
-                        options={"headers": {"Content-Type": "application/json"}},
+                sent_at = self._clock()
+                try:
+                    result = await self._attempt(
+                        messages, schema, temperature, max_tokens, attempt, started
                     )
-                    body = raw.content
-                headers = raw.headers
-                self.limiter.observe(headers)
-                result = self._parse(body, sent, attempt, self._clock() - started)
-                self.limiter.settle(booking, result.prompt_tokens)
-                self.succeeded += 1
-                return result
-            except openai.APIStatusError as err:
-                status = err.status_code
-                headers = err.response.headers
-                self.limiter.observe(headers)
-                message = redact(_error_message(err), self._secret)
-                if status == 429:
-                    wait = retry_after(headers)
-                    self.limiter.on_rate_limited(wait)
+                except _Retry as retry:
+                    failure, wait = retry.failure, retry.wait
                 else:
-                    wait = None
-                if (
-                    schema is not None
-                    and level < len(LEVELS) - 1
-                    and _format_refused(status, message)
-                ):
-                    self.level = max(self.level, level + 1)
+                    self.outage.close(sent_at)
+                    return result
+                if failure.kind == "format":
                     attempt -= 1  # a format probe is not a failed attempt
                     continue
-                kind = classify_status(status)
-                if kind == "auth":
-                    raise AuthError(
-                        "auth", f"HTTP {status}: {message}", status=status, attempts=attempt
-                    ) from None
-                if status == 404 and ("model" in message.lower() or self.succeeded == 0):
-                    raise FatalCallError(
-                        "not_found",
-                        f"HTTP 404: {message} (check --model and --base-url)",
-                        status=status,
-                        attempts=attempt,
-                    ) from None
-                if kind == "record":
-                    raise CallError(
-                        f"http_{status}",
-                        f"HTTP {status}: {message}",
-                        status=status,
-                        attempts=attempt,
-                    ) from None
-                failure = CallError(
-                    f"http_{status}", f"HTTP {status}: {message}", status=status, attempts=attempt
+                self.retries += 1
+                if _server_fault(failure) and self.outage.failed():
+                    if self.outage.exceeded(self.succeeded > 0):
+                        raise UnavailableError(
+                            "unavailable",
+                            f"the endpoint has been failing for {self.outage.duration():.0f} s "
+                            f"(last: {failure}); stopped, resumable",
+                            status=failure.status,
+                            attempts=attempt,
+                        ) from None
+                    attempt -= 1  # waiting out an outage does not use up this call's retries
+                    delay = min(
+                        OUTAGE_PROBE_CAP_S,
+                        backoff_delay(
+                            self.outage.failures - self.outage.threshold + 1, self._rng.random()
+                        ),
+                    )
+                elif attempt > self.max_retries:
+                    raise failure
+                else:
+                    delay = backoff_delay(attempt, self._rng.random(), base=self.backoff_base)
+                    if wait is not None:
+                        # A 429's Retry-After is the server's exact answer; other statuses
+                        # keep at least our own backoff so a flapping server is not hammered.
+                        delay = max(
+                            min(wait, RETRY_AFTER_CAP_S), 0.0 if failure.status == 429 else delay
+                        )
+                await anyio.sleep(delay)
+            finally:
+                if probing:
+                    self.outage.lock.release()
+
+    async def _attempt(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        schema: Mapping[str, Any] | None,
+        temperature: float,
+        max_tokens: int,
+        attempt: int,
+        started: float,
+    ) -> Completion:
+        """One HTTP request: its Completion, or _Retry, or a CallError that ends the call."""
+        level = self.level
+        sent, params = self._request(messages, schema, level, temperature, max_tokens)
+        booking = await self.limiter.acquire(estimate_tokens(sent), max_tokens)
+        self.calls += 1
+        try:
+            with anyio.fail_after(self.timeout + 5.0):
+                # A plain POST of bytes we encode: the SDK's typed resource method
+                # transforms every message dict and json-encodes with the standard
+                # library, which costs more CPU per call than the rest of the pipeline.
+                # Auth, base URL and the mapping of error statuses to exceptions stay
+                # the SDK's.
+                raw = await self._sdk.post(
+                    "/chat/completions",
+                    cast_to=httpx2.Response,
+                    content=orjson.dumps({"model": self.model, "messages": sent, **params}),
+                    options={"headers": {"Content-Type": "application/json"}},
                 )
-            except (TimeoutError, openai.APITimeoutError):
-                wait = None
-                failure = CallError(
-                    "timeout", f"no answer within {self.timeout:g} s", attempts=attempt
-                )
-            except openai.APIConnectionError as err:
-                wait = None
-                failure = CallError(
-                    "connection",
-                    redact(f"connection failed: {err.__cause__ or err}", self._secret),
+                body = raw.content
+            self.limiter.observe(raw.headers)
+            result = self._parse(body, sent, attempt, self._clock() - started)
+            self.limiter.settle(booking, result.prompt_tokens)
+            self.succeeded += 1
+            return result
+        except openai.APIStatusError as err:
+            status = err.status_code
+            headers = err.response.headers
+            self.limiter.observe(headers)
+            message = redact(_error_message(err), self._secret)
+            wait = None
+            if status == 429:
+                wait = retry_after(headers)
+                self.limiter.on_rate_limited(wait)
+            if schema is not None and level < len(LEVELS) - 1 and _format_refused(status, message):
+                self.level = max(self.level, level + 1)
+                raise _Retry(CallError("format", message, status=status)) from None
+            kind = classify_status(status)
+            text = f"HTTP {status}: {message}"
+            if kind == "auth":
+                raise AuthError("auth", text, status=status, attempts=attempt) from None
+            if status == 404 and ("model" in message.lower() or self.succeeded == 0):
+                raise FatalCallError(
+                    "not_found",
+                    f"{text} (check --model and --base-url)",
+                    status=status,
                     attempts=attempt,
-                )
-            except _RetryableAnswer as err:
-                wait = None
-                failure = CallError(err.kind, str(err), attempts=attempt)
-            except httpx2.HTTPError as err:  # a body cut short while reading it
-                wait = None
-                failure = CallError(
-                    "connection", f"response broken off: {type(err).__name__}", attempts=attempt
-                )
-            if attempt > self.max_retries:
-                raise failure
-            self.retries += 1
-            delay = backoff_delay(attempt, self._rng.random(), base=self.backoff_base)
-            if wait is not None:
-                # A 429's Retry-After is the server's exact answer; other statuses keep
-                # at least our own backoff so a flapping server is not hammered.
-                delay = max(min(wait, RETRY_AFTER_CAP_S), 0.0 if status == 429 else delay)
-            await anyio.sleep(delay)
+                ) from None
+            failure = CallError(f"http_{status}", text, status=status, attempts=attempt)
+            if kind == "record":
+                raise failure from None
+            raise _Retry(failure, wait) from None
+        except (TimeoutError, openai.APITimeoutError):
+            raise _Retry(
+                CallError("timeout", f"no answer within {self.timeout:g} s", attempts=attempt)
+            ) from None
+        except openai.APIConnectionError as err:
+            message = redact(f"connection failed: {err.__cause__ or err}", self._secret)
+            raise _Retry(CallError("connection", message, attempts=attempt)) from None
+        except _RetryableAnswer as err:
+            raise _Retry(CallError(err.kind, str(err), attempts=attempt)) from None
+        except httpx2.HTTPError as err:  # a body cut short while reading it
+            message = f"response broken off: {type(err).__name__}"
+            raise _Retry(CallError("connection", message, attempts=attempt)) from None
 
     def _parse(
         self, body: bytes, sent: list[dict[str, str]], attempts: int, elapsed: float
@@ -329,6 +373,92 @@ class OpenAIClient:
             finish_reason=choice.get("finish_reason"),
             messages=sent,
         )
+
+
+class _Retry(Exception):
+    """A failed attempt that the retry policy may repeat."""
+
+    def __init__(self, failure: CallError, wait: float | None = None) -> None:
+        self.failure = failure
+        self.wait = wait
+        super().__init__(str(failure))
+
+
+def _server_fault(failure: CallError) -> bool:
+    """Failures that say the server (not this request) is in trouble: outage material."""
+    status = failure.status
+    return failure.kind in ("timeout", "connection", "bad_response") or (
+        status is not None and status >= 500
+    )
+
+
+class Outage:
+    """A pool-wide circuit breaker for an endpoint that keeps failing.
+
+    After ``threshold`` server faults with no success between them the circuit
+    opens: requests then go one at a time (probes) with a capped backoff, and their
+    failures do not use up retries, until a success closes it. The threshold is at
+    most one more than a call's retries, so a call alone in a dead server's queue
+    opens the circuit before it gives up. Only a request sent after the latest fault
+    can close it: an answer already on its way when the server went down proves
+    nothing. An outage longer than ``max_s`` (``first_s`` before any call has ever
+    succeeded, which is most likely a wrong URL) stops the run; records stay pending.
+    """
+
+    __slots__ = (
+        "_clock",
+        "failures",
+        "first_s",
+        "last_fault",
+        "lock",
+        "max_s",
+        "since",
+        "threshold",
+    )
+
+    def __init__(
+        self,
+        max_s: float,
+        first_s: float,
+        clock: Callable[[], float],
+        threshold: int = OUTAGE_AFTER,
+    ) -> None:
+        self.max_s = max_s
+        self.first_s = first_s
+        self.threshold = max(2, threshold)
+        self._clock = clock
+        self.failures = 0
+        self.since: float | None = None
+        self.last_fault = -math.inf
+        self.lock = anyio.Lock()
+
+    @property
+    def open(self) -> bool:
+        """Whether requests should currently go one at a time."""
+        return self.since is not None
+
+    def close(self, sent_at: float) -> None:
+        """A success of a request sent at ``sent_at``: the endpoint works, if sent after a fault."""
+        if sent_at >= self.last_fault:
+            self.failures = 0
+            self.since = None
+
+    def failed(self) -> bool:
+        """Count a server fault; return whether the circuit is open."""
+        now = self._clock()
+        self.last_fault = now
+        self.failures += 1
+        if self.failures >= self.threshold and self.since is None:
+            self.since = now
+        return self.since is not None
+
+    def duration(self) -> float:
+        """Seconds since the circuit opened (0 when closed)."""
+        return 0.0 if self.since is None else self._clock() - self.since
+
+    def exceeded(self, ever_succeeded: bool) -> bool:
+        """Whether the outage has outlasted what we wait for."""
+        return self.duration() > (self.max_s if ever_succeeded else min(self.max_s, self.first_s))
 
 
 class _RetryableAnswer(Exception):

@@ -11,7 +11,8 @@ with ``raise ... from err``::
     ├── InputError             one input line cannot become a record (line, field)
     ├── CallError              one model call failed for good: fails its record
     │   └── FatalCallError     the failure would hit every record: stops the run
-    │       └── AuthError      the endpoint refused the credentials (exit 3)
+    │       ├── AuthError      the endpoint refused the credentials (exit 3)
+    │       └── UnavailableError  the endpoint stayed down past --max-outage (exit 5)
     ├── FeedbackParseError     a feedback answer could not be parsed (a step error)
     └── StoreError             the run directory cannot be written (exit 4)
 """
@@ -80,6 +81,10 @@ class FatalCallError(CallError):
 
 class AuthError(FatalCallError):
     """The endpoint refused the API key (401/403)."""
+
+
+class UnavailableError(FatalCallError):
+    """The endpoint kept failing longer than the run waits for an outage."""
 
 
 class FeedbackParseError(RefineError):

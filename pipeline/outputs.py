@@ -7,6 +7,7 @@ tail is repaired and the keys already present are read back.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -74,8 +75,9 @@ class KeyedJsonl:
         os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        """Close the file."""
-        self._fh.close()
+        """Close the file (a failed final flush leaves a torn line, repaired on resume)."""
+        with contextlib.suppress(OSError):
+            self._fh.close()
 
 
 class Outputs:

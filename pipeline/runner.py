@@ -30,6 +30,7 @@ from .errors import (
     FatalCallError,
     InputError,
     StoreError,
+    UnavailableError,
 )
 from .jobs import Job, load_job
 from .limits import Limiter
@@ -52,6 +53,7 @@ EXIT = {
     "config": 2,  # bad usage or configuration (also: unknown model, RUN_DIR in use)
     "auth": 3,  # the endpoint refused the API key
     "store": 4,  # the run directory cannot be written (disk full, read-only)
+    "unavailable": 5,  # the endpoint stayed down longer than --max-outage
     "interrupted": 130,  # SIGINT/SIGTERM: stopped cleanly, resumable
 }
 DEFAULT_TIMEOUT_S = 60.0
@@ -73,6 +75,7 @@ class Settings:
     tpm: float | None = None
     timeout: float | None = None  # None: 60 s, or 900 s for a local model
     max_retries: int = 5
+    max_outage: float = 300.0  # seconds an endpoint may keep failing before the run stops
     id_field: str = "id"
     limit: int | None = None
     local: bool = False
@@ -240,6 +243,7 @@ async def arun(
                     concurrency=settings.concurrency,
                     structured=structured,
                     max_in_flight=parallel,
+                    max_outage=settings.max_outage,
                 )
                 client = real_client
             try:
@@ -402,7 +406,12 @@ def _conclude(summary: RunSummary, stop: dict[str, BaseException], outputs: Outp
     if "fatal" in stop:
         err = stop["fatal"]
         summary.state = "stopped"
-        summary.exit_code = EXIT["auth"] if isinstance(err, AuthError) else EXIT["config"]
+        if isinstance(err, AuthError):
+            summary.exit_code = EXIT["auth"]
+        elif isinstance(err, UnavailableError):
+            summary.exit_code = EXIT["unavailable"]
+        else:
+            summary.exit_code = EXIT["config"]
         summary.message = f"stopped: {err}"
     elif "store" in stop:
         summary.state = "stopped"

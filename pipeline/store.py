@@ -9,6 +9,7 @@ and warns. The journal is the source of truth for resume.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -162,7 +163,10 @@ class Journal:
     def close(self) -> None:
         """Close the file (after the flusher has stopped)."""
         if self._fh is not None:
-            self._fh.close()
+            # After a failed write (disk full) closing retries the flush and fails again;
+            # the journal's torn tail is cut off on the next start.
+            with contextlib.suppress(OSError):
+                self._fh.close()
             self._fh = None
 
 

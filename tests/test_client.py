@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pipeline.client import OpenAIClient, backoff_delay, classify_status, redact, retry_after
-from pipeline.errors import AuthError, CallError, FatalCallError
+from pipeline.errors import AuthError, CallError, FatalCallError, UnavailableError
 from pipeline.limits import Limiter
 from pipeline.testing.simulator import SimConfig, Simulator
 
@@ -143,15 +143,28 @@ async def test_retries_server_errors_then_succeeds() -> None:
 
 @pytest.mark.anyio
 async def test_gives_up_after_max_retries() -> None:
-    """A server that always fails exhausts the retries and raises a CallError naming the status."""
+    """A failing call is tried 1 + --max-retries times, then raises a CallError naming the status."""
     with Simulator(SimConfig(p_503=1.0)) as sim:
         client = make_client(sim, max_retries=2)
+        client.outage.threshold = 1000  # this test looks at one call's budget, not outages
         with pytest.raises(CallError) as info:
             await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
         await client.aclose()
         assert len(sim.requests) == 3
     assert info.value.kind == "http_503"
     assert info.value.attempts == 3
+
+
+@pytest.mark.anyio
+async def test_endless_failures_become_an_outage_that_stops() -> None:
+    """A server failing every call opens the circuit; past --max-outage the run must stop."""
+    with Simulator(SimConfig(p_503=1.0)) as sim:
+        client = make_client(sim, max_retries=2, max_outage=0.5)
+        with pytest.raises(UnavailableError, match="resumable"):
+            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+        await client.aclose()
+        # Beyond the retries that opened the circuit, only a few spaced probes were sent.
+        assert 3 <= len(sim.requests) <= 8
 
 
 @pytest.mark.anyio
