@@ -143,7 +143,7 @@ async def test_retries_server_errors_then_succeeds() -> None:
 
 @pytest.mark.anyio
 async def test_gives_up_after_max_retries() -> None:
-    """A failing call is tried 1 + --max-retries times, then raises a CallError naming the status."""
+    """A failing call is tried 1 + --max-retries times, then raises a CallError with the status."""
     with Simulator(SimConfig(p_503=1.0)) as sim:
         client = make_client(sim, max_retries=2)
         client.outage.threshold = 1000  # this test looks at one call's budget, not outages
