@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         "small local models often call their first draft done",
     )
     p.add_argument(
+        "--no-checks",
+        dest="checks",
+        action="store_false",
+        help="do not run the job's checks (critic-only feedback, as in the paper)",
+    )
+    p.add_argument(
         "--concurrency",
         type=_positive_int,
         default=_DEFAULTS.concurrency,
@@ -164,6 +170,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         max_iters=args.max_iters,
         min_iters=args.min_iters,
+        checks=args.checks,
         concurrency=args.concurrency,
         rpm=args.rpm,
         tpm=args.tpm,

@@ -35,7 +35,13 @@ A job is a TOML file::
 
     [hooks]
     file = "hooks.py"           # optional, relative to the job file; may define
-                                # evaluate(fields, output) -> dict of metrics
+                                # evaluate(fields, output) -> dict of metrics, and
+                                # check(fields, output) -> list of findings: problems a
+                                # program verified, merged into the feedback the refine
+                                # step sees; while any remain, the critic's done is vetoed
+
+    [stop] also takes retry_copy = true: a refinement identical to its input is tried
+    once more at copy_temperature (default 1.0) before the loop stops with no_change.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import hashlib
 import importlib.util
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -74,7 +80,7 @@ _TOP_KEYS = (
 _TABLE_KEYS = {
     "prompts": ("feedback", "generate", "refine", "system"),
     "feedback": ("actions_field", "done_field", "schema", "score_field"),
-    "stop": ("max_iters", "score_threshold"),
+    "stop": ("copy_temperature", "max_iters", "retry_copy", "score_threshold"),
     "model": ("max_tokens", "temperature"),
     "output": ("extract",),
     "hooks": ("file",),
@@ -83,6 +89,7 @@ _FIELD_KEYS = ("description", "required", "type")
 _JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
 
 Evaluator = Callable[[Mapping[str, Any], str], Mapping[str, Any]]
+Checker = Callable[[Mapping[str, Any], str], Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +139,9 @@ class Job:
     max_tokens: int
     extract: str
     evaluator: Evaluator | None = field(default=None, compare=False)
+    checker: Checker | None = field(default=None, compare=False)
+    retry_copy: bool = False
+    copy_temperature: float = 1.0
 
     @property
     def scored(self) -> bool:
@@ -288,16 +298,20 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
     if extract not in EXTRACT_MODES:
         raise JobError(src, "output.extract", f"must be one of {', '.join(EXTRACT_MODES)}")
 
+    retry_copy = r.get("stop.retry_copy", bool, False)
+    copy_temperature = float(r.get("stop.copy_temperature", (int, float), 1.0))
+
     digest = hashlib.sha256(raw)
-    evaluator = None
+    hooks: dict[str, Any] = {"evaluate": None, "check": None}
     hooks_file = r.get("hooks.file", str, None)
     if hooks_file is not None:
         hooks_path = (path.parent / hooks_file).resolve()
         module = _load_hooks(src, hooks_path)
         digest.update(hooks_path.read_bytes())
-        evaluator = getattr(module, "evaluate", None)
-        if evaluator is not None and not callable(evaluator):
-            raise JobError(src, "hooks.file", "evaluate must be a function")
+        for hook in hooks:
+            hooks[hook] = getattr(module, hook, None)
+            if hooks[hook] is not None and not callable(hooks[hook]):
+                raise JobError(src, "hooks.file", f"{hook} must be a function")
 
     return Job(
         name=name,
@@ -318,7 +332,10 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         temperature=temperature,
         max_tokens=max_tokens,
         extract=extract,
-        evaluator=evaluator,
+        evaluator=hooks["evaluate"],
+        checker=hooks["check"],
+        retry_copy=retry_copy,
+        copy_temperature=copy_temperature,
     )
 
 

@@ -83,6 +83,8 @@ class Step:
     error: dict[str, str] | None = None
     output: str | None = None  # the answer this step produced (generate/refine), after extraction
     metrics: dict[str, Any] | None = None  # the job's evaluator on that answer
+    checks: list[str] | None = None  # the job's check findings on that answer ([] = passed)
+    findings: list[dict[str, str]] | None = None  # feedback as the refine step sees it, by source
 
     def to_dict(self) -> dict[str, Any]:
         """The trace/checkpoint shape."""
@@ -101,6 +103,10 @@ class Step:
             d["output"] = self.output
         if self.metrics is not None:
             d["metrics"] = self.metrics
+        if self.checks is not None:
+            d["checks"] = self.checks
+        if self.findings is not None:
+            d["findings"] = self.findings
         return d
 
     @classmethod
@@ -118,6 +124,8 @@ class Step:
             error=d.get("error"),
             output=d.get("output"),
             metrics=d.get("metrics"),
+            checks=d.get("checks"),
+            findings=d.get("findings"),
         )
 
 
@@ -180,8 +188,16 @@ class Outcome:
 # -- pure parts --------------------------------------------------------------------------------
 
 
+COPY = "copy"  # error type of a refinement that copied its input and was retried
+
+
+def _is_copy(step: Step) -> bool:
+    return step.error is not None and step.error.get("type") == COPY
+
+
 def _answers(steps: Sequence[Step]) -> list[Step]:
-    return [s for s in steps if s.role != "feedback"]
+    """Answer steps (generate and refine), without refinements that were retried as copies."""
+    return [s for s in steps if s.role != "feedback" and not _is_copy(s)]
 
 
 def _normalized(text: str | None) -> str:
@@ -208,6 +224,8 @@ def plan(
         return ("generate", 0)
     last = steps[-1]
     t = last.iteration
+    if _is_copy(last):
+        return ("refine", t)  # the copy guard's one retry, at a higher temperature
     if last.role != "feedback":
         answers = _answers(steps)
         if (
@@ -220,7 +238,10 @@ def plan(
             return Stop("max_iters")
         return ("feedback", t)
     parsed = last.parsed
-    accept = t >= min_iters
+    answer = next((a for a in _answers(steps) if a.iteration == t), None)
+    # The critic's verdict counts only after min_iters refinements, and never while a
+    # check the program ran still finds problems in the answer.
+    accept = t >= min_iters and not (answer is not None and answer.checks)
     if accept and parsed is not None and parsed.get(job.done_field) is True:
         return Stop("done")
     score = _score(job, last)
@@ -266,13 +287,29 @@ def _field_text(value: Any) -> str:
 
 
 def _feedback_text(job: Job, step: Step) -> str:
-    return render_feedback(
+    critic = render_feedback(
         step.parsed,
         step.response,
         actions_field=job.actions_field,
         done_field=job.done_field,
         score_field=job.score_field,
     )
+    checked = [f["text"] for f in step.findings or () if f["source"] == "check"]
+    if not checked:
+        return critic
+    lines = ["Problems found by running automatic checks on the answer (fix these first):"]
+    lines += [f"- {text}" for text in checked]
+    return "\n".join(lines) + "\n\n" + critic
+
+
+def findings(
+    job: Job, answer: Step | None, parsed: Mapping[str, Any] | None
+) -> list[dict[str, str]]:
+    """The feedback items a refine step sees, each with its source: ``check`` or ``critic``."""
+    items = [{"source": "check", "text": t} for t in (answer.checks if answer else None) or ()]
+    actions = (parsed or {}).get(job.actions_field) or []
+    items += [{"source": "critic", "text": str(a)} for a in actions]
+    return items
 
 
 def render_history(job: Job, steps: Sequence[Step], upto: int) -> str:
@@ -317,16 +354,33 @@ def build_messages(
 # -- the async loop ----------------------------------------------------------------------------
 
 
-async def _evaluate(job: Job, record: Record, output: str) -> dict[str, Any] | None:
-    if job.evaluator is None:
-        return None
-    evaluator = job.evaluator
-    try:
-        # Evaluators may run a subprocess (program-aided answers): keep the event loop free.
-        result = await anyio.to_thread.run_sync(lambda: evaluator(record.fields, output))
-    except Exception as err:  # a broken evaluator is recorded, never a crash
-        return {"error": f"{type(err).__name__}: {err}"}
-    return dict(result)
+def _evaluate_sync(
+    job: Job, record: Record, output: str, checks: bool
+) -> tuple[dict[str, Any] | None, list[str] | None]:
+    metrics: dict[str, Any] | None = None
+    found: list[str] | None = None
+    if job.evaluator is not None:
+        try:
+            metrics = dict(job.evaluator(record.fields, output))
+        except Exception as err:  # a broken evaluator is recorded, never a crash
+            metrics = {"error": f"{type(err).__name__}: {err}"}
+    if checks and job.checker is not None:
+        try:
+            found = [str(f) for f in job.checker(record.fields, output)]
+        except Exception as err:  # a broken check is recorded, and passes
+            metrics = {**(metrics or {}), "check_error": f"{type(err).__name__}: {err}"}
+            found = []
+    return metrics, found
+
+
+async def _evaluate(
+    job: Job, record: Record, output: str, checks: bool
+) -> tuple[dict[str, Any] | None, list[str] | None]:
+    if job.evaluator is None and (job.checker is None or not checks):
+        return None, None
+    # Evaluators and checks may run a subprocess (program-aided answers): keep the
+    # event loop free.
+    return await anyio.to_thread.run_sync(_evaluate_sync, job, record, output, checks)
 
 
 async def _make_step(
@@ -336,6 +390,8 @@ async def _make_step(
     iteration: int,
     messages: list[dict[str, str]],
     comp: Completion,
+    steps: Sequence[Step],
+    checks: bool,
 ) -> Step:
     usage = {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens}
     if comp.messages is not None:
@@ -354,6 +410,7 @@ async def _make_step(
             )
         except FeedbackParseError as err:
             parsed, error = None, {"type": "feedback_parse", "message": str(err)}
+        answer = next((a for a in _answers(steps) if a.iteration == iteration), None)
         return Step(
             role,
             iteration,
@@ -364,9 +421,25 @@ async def _make_step(
             comp.latency_s,
             comp.attempts,
             error,
+            findings=findings(job, answer, parsed)
+            if answer and answer.checks is not None
+            else None,
         )
     output = extract_code(comp.text) if job.extract == "code" else comp.text.strip()
-    metrics = await _evaluate(job, record, output)
+    answers = _answers(steps)
+    if (
+        role == "refine"
+        and job.retry_copy
+        and answers
+        and _normalized(output) == _normalized(answers[-1].output)
+        and not any(_is_copy(s) and s.iteration == iteration for s in steps)
+    ):
+        error = {
+            "type": COPY,
+            "message": f"identical to its input; retried once at temperature "
+            f"{job.copy_temperature:g}",
+        }
+    metrics, found = await _evaluate(job, record, output, checks)
     return Step(
         role,
         iteration,
@@ -379,6 +452,7 @@ async def _make_step(
         error,
         output=output,
         metrics=metrics,
+        checks=found,
     )
 
 
@@ -410,6 +484,7 @@ async def refine_record(
     *,
     max_iters: int,
     min_iters: int = 0,
+    checks: bool = True,
     prior: Sequence[Step] = (),
 ) -> Outcome:
     """Run (or resume, from ``prior``) the loop for one record.
@@ -428,7 +503,9 @@ async def refine_record(
             comp = await client.complete(
                 messages,
                 schema=job.feedback_schema if role == "feedback" else None,
-                temperature=job.temperature,
+                temperature=job.copy_temperature
+                if steps and _is_copy(steps[-1])
+                else job.temperature,
                 max_tokens=job.max_tokens,
             )
         except FatalCallError:
@@ -441,6 +518,6 @@ async def refine_record(
                 "error",
                 {"type": err.kind, "message": f"{role} (iteration {iteration}): {err}"},
             )
-        step = await _make_step(job, record, role, iteration, messages, comp)
+        step = await _make_step(job, record, role, iteration, messages, comp, steps, checks)
         await sink.save(record.id, len(steps), step)
         steps.append(step)

@@ -21,7 +21,7 @@ __all__ = ["RunDir", "now_iso", "write_json_atomic"]
 
 # Settings that change what a run computes: a different value on an existing
 # RUN_DIR is refused. The others (pace, timeouts, concurrency) may change.
-IDENTITY = ("job.name", "job.hash", "model", "max_iters", "min_iters", "id_field")
+IDENTITY = ("job.name", "job.hash", "model", "max_iters", "min_iters", "checks", "id_field")
 
 
 def now_iso() -> str:

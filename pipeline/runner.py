@@ -70,6 +70,7 @@ class Settings:
     base_url: str | None = None
     max_iters: int | None = None  # None: the job's default
     min_iters: int = 0  # refinements before the critic's done (or a score) may stop a loop
+    checks: bool = True  # run the job's check hook on every answer
     concurrency: int = 64
     rpm: float | None = None
     tpm: float | None = None
@@ -130,7 +131,7 @@ def _manifest(
     shown = {
         k: v
         for k, v in asdict(settings).items()
-        if k not in ("model", "base_url", "max_iters", "min_iters", "id_field")
+        if k not in ("model", "base_url", "max_iters", "min_iters", "checks", "id_field")
     }
     return {
         "package": "refine",
@@ -140,6 +141,7 @@ def _manifest(
         "base_url": _clean_url(base_url),
         "max_iters": max_iters,
         "min_iters": settings.min_iters,
+        "checks": settings.checks,
         "id_field": settings.id_field,
         "settings": shown,
         "input": {"path": str(input_path.resolve()), "fingerprint": fingerprint(input_path)},
@@ -328,6 +330,7 @@ async def _execute(
                 journal,
                 max_iters=max_iters,
                 min_iters=settings.min_iters,
+                checks=settings.checks,
                 prior=replayed,
             )
         finally:
@@ -460,6 +463,7 @@ def settings_from_manifest(manifest: dict[str, Any]) -> Settings:
         base_url=manifest.get("base_url") if not values.get("local") else None,
         max_iters=manifest.get("max_iters"),
         min_iters=manifest.get("min_iters", 0),
+        checks=manifest.get("checks", True),
         id_field=manifest.get("id_field", "id"),
         **values,
     )

@@ -1,0 +1,169 @@
+"""Check hooks steering the critic, and the copy guard (program-verified feedback)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import pytest
+
+from pipeline.jobs import Job, load_job
+from pipeline.loop import Completion, Outcome, Step, refine_record
+from pipeline.records import Record
+
+RECORD = Record("r1", 1, {"id": "r1", "task": "sum a list"})
+
+
+def must_mention_total(fields: Mapping[str, Any], output: str) -> list[str]:
+    """A check: the answer must contain the word 'total'."""
+    return [] if "total" in output else ["Name the accumulator `total` (line 2)."]
+
+
+BASE = load_job("code-improve")
+CHECKED = dataclasses.replace(BASE, checker=must_mention_total, score_threshold=None)
+
+
+def critic(done: bool, action: str = "add a docstring", score: int = 5) -> str:
+    return orjson.dumps(
+        {"speed": "ok", "readability": "ok", "actions": [action], "score": score, "done": done}
+    ).decode()
+
+
+class Client:
+    """Scripted answers; records messages and temperatures of every call."""
+
+    def __init__(self, script: Sequence[str]) -> None:
+        self.script = list(script)
+        self.calls: list[tuple[list[dict[str, str]], float]] = []
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        schema: Mapping[str, Any] | None,
+        temperature: float,
+        max_tokens: int,
+    ) -> Completion:
+        self.calls.append(([dict(m) for m in messages], temperature))
+        return Completion(self.script.pop(0), 10, 5, 0.1, 1)
+
+
+class Sink:
+    """Keeps saved steps."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+
+    async def save(self, record_id: str, index: int, step: Step) -> None:
+        self.steps.append(step)
+
+
+async def loop(job: Job, script: Sequence[str], **kw: Any) -> tuple[Outcome, Client]:
+    client = Client(script)
+    outcome = await refine_record(RECORD, job, client, Sink(), max_iters=3, **kw)
+    assert client.script == []
+    return outcome, client
+
+
+@pytest.mark.anyio
+async def test_check_vetoes_done_and_reaches_refine_prompt() -> None:
+    """A failing check overrides the critic's done; its finding is in the refine prompt."""
+    outcome, client = await loop(
+        CHECKED,
+        [
+            "x = 0",  # fails the check
+            critic(done=True),  # the critic would stop here
+            "total = 0",  # passes
+            critic(done=True),
+        ],
+    )
+    roles = [s.role for s in outcome.steps]
+    assert roles == ["generate", "feedback", "refine", "feedback"]
+    assert outcome.stop_reason == "done"
+    assert outcome.steps[0].checks == ["Name the accumulator `total` (line 2)."]
+    assert outcome.steps[2].checks == []
+    refine_prompt = client.calls[2][0][-1]["content"]
+    assert "Name the accumulator `total` (line 2)." in refine_prompt
+    assert "add a docstring" in refine_prompt
+
+
+@pytest.mark.anyio
+async def test_findings_recorded_with_their_source() -> None:
+    """The feedback step's trace lists check findings and critic actions by source."""
+    outcome, _ = await loop(
+        CHECKED, ["x = 0", critic(done=False, action="use sum()"), "total = 0", critic(done=True)]
+    )
+    fb = outcome.steps[1].to_dict()
+    assert fb["findings"] == [
+        {"source": "check", "text": "Name the accumulator `total` (line 2)."},
+        {"source": "critic", "text": "use sum()"},
+    ]
+
+
+@pytest.mark.anyio
+async def test_checks_can_be_turned_off() -> None:
+    """With checks off (--no-checks) the critic's done stops the loop as in the paper."""
+    outcome, _ = await loop(CHECKED, ["x = 0", critic(done=True)], checks=False)
+    assert outcome.stop_reason == "done"
+    assert outcome.steps[0].checks is None
+
+
+@pytest.mark.anyio
+async def test_failing_check_keeps_refining_until_max_iters() -> None:
+    """While the check keeps failing, the loop runs to --max-iters despite done."""
+    script = ["a"] + [s for i in range(1, 4) for s in (critic(done=True), f"b{i}")]
+    outcome, _ = await loop(CHECKED, [*script, critic(done=True)])
+    assert outcome.stop_reason == "max_iters"
+    assert outcome.iterations == 3
+
+
+@pytest.mark.anyio
+async def test_copy_guard_retries_once_at_higher_temperature() -> None:
+    """A refinement identical to its input is retried once at copy_temperature, and traced."""
+    job = dataclasses.replace(BASE, retry_copy=True, copy_temperature=1.1, score_threshold=None)
+    outcome, client = await loop(
+        job,
+        [
+            "v0",
+            critic(done=False),
+            "v0",  # a copy: retried
+            "v1",
+            critic(done=True),
+        ],
+    )
+    assert [c[1] for c in client.calls] == [0.7, 0.7, 0.7, 1.1, 0.7]
+    copy = outcome.steps[2]
+    assert copy.error is not None and copy.error["type"] == "copy"
+    assert outcome.output == "v1" and outcome.stop_reason == "done"
+
+
+@pytest.mark.anyio
+async def test_copy_guard_stops_when_retry_copies_too() -> None:
+    """If the retry copies again the loop stops with no_change; both attempts are traced."""
+    job = dataclasses.replace(BASE, retry_copy=True, score_threshold=None)
+    outcome, _ = await loop(job, ["v0", critic(done=False), "v0", " v0 "])
+    assert outcome.stop_reason == "no_change"
+    assert [s.role for s in outcome.steps] == ["generate", "feedback", "refine", "refine"]
+
+
+@pytest.mark.anyio
+async def test_without_copy_guard_a_copy_stops_at_once() -> None:
+    """Without retry_copy an identical refinement ends the loop with no_change."""
+    outcome, _ = await loop(
+        dataclasses.replace(BASE, score_threshold=None), ["v0", critic(done=False), "v0"]
+    )
+    assert outcome.stop_reason == "no_change"
+    assert len(outcome.steps) == 3
+
+
+@pytest.mark.anyio
+async def test_resumed_copy_retry_keeps_its_temperature() -> None:
+    """Resuming right after a copy step retries it at copy_temperature, not the base one."""
+    job = dataclasses.replace(BASE, retry_copy=True, copy_temperature=1.3, score_threshold=None)
+    first, _ = await loop(job, ["v0", critic(done=False), "v0", "v1", critic(done=True)])
+    client = Client(["v1", critic(done=True)])
+    resumed = await refine_record(RECORD, job, client, Sink(), max_iters=3, prior=first.steps[:3])
+    assert [c[1] for c in client.calls] == [1.3, 0.7]
+    assert resumed.output_line() == first.output_line()
