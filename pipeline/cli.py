@@ -14,6 +14,7 @@ import anyio
 from . import status as status_mod
 from .errors import ConfigError, RefineError, StoreError
 from .jobs import builtin_jobs, load_job
+from .report import write_report
 from .rundir import RunDir
 from .runner import EXIT, RunSummary, Settings, arun, settings_from_manifest
 
@@ -149,6 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    p = sub.add_parser("report", help="summary of a run with plots (needs refine[report])")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="directory for report.md and its plots (default RUN_DIR/report)",
+    )
+
     sub.add_parser("jobs", help="list built-in jobs and their input fields")
     return parser
 
@@ -220,6 +230,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    print(write_report(args.run_dir, args.out))
+    return 0
+
+
 def _cmd_jobs(_: argparse.Namespace) -> int:
     for name, path in builtin_jobs().items():
         job = load_job(str(path))
@@ -247,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "resume": _cmd_resume,
         "status": _cmd_status,
         "jobs": _cmd_jobs,
+        "report": _cmd_report,
     }
     try:
         code: int = commands[args.command](args)

@@ -29,7 +29,12 @@ async def run_pool(
 
     async def producer() -> None:
         async with send:
-            await produce(send)
+            try:
+                await produce(send)
+            except anyio.BrokenResourceError:
+                # Every worker is gone: one failed and the group is being cancelled.
+                # Its error is the one to report, not this consequence.
+                return
 
     async def worker(items: ObjectReceiveStream[T]) -> None:
         async with items:

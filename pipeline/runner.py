@@ -319,6 +319,8 @@ async def _execute(
                 if settings.limit is not None and seen_records >= settings.limit:
                     break
 
+    sink = _CountingSink(journal, counters)
+
     async def work(record: Record) -> None:
         counters.in_flight += 1
         replayed = prior.pop(record.id, [])
@@ -327,7 +329,7 @@ async def _execute(
                 record,
                 job,
                 client,
-                journal,
+                sink,
                 max_iters=max_iters,
                 min_iters=settings.min_iters,
                 checks=settings.checks,
@@ -341,7 +343,6 @@ async def _execute(
         else:
             counters.failed += 1
             log.debug("record %s (line %d) failed: %s", record.id, record.line, outcome.error)
-        _count_usage(counters, outcome.steps[len(replayed) :])
 
     async def main(scope: anyio.CancelScope) -> None:
         try:
@@ -389,11 +390,19 @@ async def _execute(
     return summary
 
 
-def _count_usage(counters: Counters, steps: tuple[Step, ...]) -> None:
-    """Add the tokens of the calls made by this invocation."""
-    for s in steps:
-        counters.prompt_tokens += s.usage.get("prompt_tokens", 0)
-        counters.completion_tokens += s.usage.get("completion_tokens", 0)
+class _CountingSink:
+    """The journal, counting each saved call's tokens for live progress."""
+
+    __slots__ = ("counters", "journal")
+
+    def __init__(self, journal: Journal, counters: Counters) -> None:
+        self.journal = journal
+        self.counters = counters
+
+    async def save(self, record_id: str, index: int, step: Step) -> None:
+        await self.journal.save(record_id, index, step)
+        self.counters.prompt_tokens += step.usage.get("prompt_tokens", 0)
+        self.counters.completion_tokens += step.usage.get("completion_tokens", 0)
 
 
 def _sync_client_counters(counters: Counters, client: OpenAIClient | None) -> None:

@@ -335,3 +335,31 @@ def test_console_shows_no_http_library_chatter(tmp_path: Path) -> None:
         )
     assert out.returncode == 0
     assert "HTTP Request" not in out.stderr
+
+
+def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
+    """`refine report RUN_DIR` writes report.md with the per-iteration table and PNG plots."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(12))
+    with Simulator(SimConfig(latency_s=0.0, p_done=0.2)) as sim:
+        assert (
+            refine(
+                "run",
+                "code-improve",
+                str(inp),
+                "--out",
+                str(tmp_path / "run"),
+                "--base-url",
+                sim.url,
+                "--max-iters",
+                "2",
+                "--quiet",
+            ).returncode
+            == 0
+        )
+    out = refine("report", str(tmp_path / "run"))
+    assert out.returncode == 0, out.stderr
+    report = Path(out.stdout.strip())
+    text = report.read_text()
+    assert "Quality by iteration" in text and "| t |" in text
+    pngs = list(report.parent.glob("*.png"))
+    assert pngs and all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)

@@ -457,3 +457,13 @@ def test_min_iters_forces_a_refinement(tmp_path: Path) -> None:
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         roles = [s["role"] for s in trace["steps"]]
         assert roles[:4] == ["generate", "feedback", "refine", "feedback"]
+
+
+def test_pool_stops_producer_quietly_when_workers_fail(tmp_path: Path) -> None:
+    """A fatal error with the producer blocked on a full stream surfaces alone, every time."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(200))
+    for attempt in range(10):
+        with Simulator(SimConfig(api_key="sk-right")) as sim:
+            summary = run("code-improve", inp, tmp_path / f"run{attempt}",
+                          settings(sim, concurrency=1), api_key="sk-wrong", show_progress=False)
+        assert summary.exit_code == 3

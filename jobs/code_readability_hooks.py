@@ -1,0 +1,52 @@
+"""Hooks for the code-readability job: does the rewrite parse, and how is it structured.
+
+Besides ``parses``, ``evaluate`` counts two of the paper's readability signals that a
+program can measure: functions defined and comment lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from collections.abc import Mapping
+from typing import Any
+
+
+def syntax_problem(code: str) -> str | None:
+    """Why ``code`` does not parse ("line 3: invalid syntax"), or None when it does."""
+    try:
+        ast.parse(code)
+    except SyntaxError as err:
+        return f"line {err.lineno}: {err.msg}"
+    except (ValueError, MemoryError, RecursionError) as err:  # null bytes, absurd nesting
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def _comment_lines(code: str) -> int:
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return 0
+    return len({t.start[0] for t in tokens if t.type == tokenize.COMMENT})
+
+
+def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
+    """``{"parses": bool}``; for code that parses also ``functions`` and ``comment_lines``."""
+    problem = syntax_problem(output)
+    if problem is not None:
+        return {"parses": False, "syntax_error": problem}
+    tree = ast.parse(output)
+    functions = sum(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) for node in ast.walk(tree)
+    )
+    return {"parses": True, "functions": functions, "comment_lines": _comment_lines(output)}
+
+
+def check(fields: Mapping[str, Any], output: str) -> list[str]:
+    """An action when the answer holds no code or code that does not parse."""
+    if not output.strip():
+        return ["Give the complete program in one ```python block."]
+    problem = syntax_problem(output)
+    return [f"Fix the syntax error at {problem}."] if problem else []

@@ -1,0 +1,578 @@
+"""The paper's built-in jobs: loading, rendering original-format records, hooks, end to end."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from jobs import (
+    acronym_hooks,
+    code_optimize_hooks,
+    code_readability_hooks,
+    commongen_hooks,
+    gsm_hooks,
+)
+from pipeline import Settings, run
+from pipeline.errors import InputError
+from pipeline.jobs import Job, load_job
+from pipeline.loop import Step, build_messages
+from pipeline.records import Record, read_records
+from pipeline.testing.simulator import Simulator
+from tests.helpers import SHARED_DATA, read_jsonl
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "paper"
+PAPER_JOBS = (
+    "gsm",
+    "commongen",
+    "acronym",
+    "sentiment-reversal",
+    "dialogue",
+    "code-optimize",
+    "code-readability",
+)
+SHARED_FILES = {
+    "gsm": "gsm8k-test.jsonl",
+    "commongen": "commongen-hard.jsonl",
+    "acronym": "acronym-titles.jsonl",
+}
+PROMPT_TOKENS = 600  # per prompt, before the record's text (a 4096-token local model)
+CONTEXT_TOKENS = 4096
+
+
+def records(job: Job, path: Path, limit: int | None = None) -> list[Record]:
+    """The records of ``path`` as the runner reads them; any bad line fails the test."""
+    out: list[Record] = []
+    for item in read_records(path, job.inputs, "id"):
+        assert not isinstance(item, InputError), f"{path.name}: {item}"
+        out.append(item)
+        if limit is not None and len(out) == limit:
+            break
+    return out
+
+
+def feedback_step(job: Job, iteration: int) -> Step:
+    """A parsed feedback step carrying one recognisable action."""
+    parsed: dict[str, Any] = {job.actions_field: [f"ACTION-{iteration}"], job.done_field: False}
+    if job.score_field:
+        parsed[job.score_field] = 3.0
+    return Step("feedback", iteration, [], "{}", parsed, {}, 0.0, 1)
+
+
+def answer_step(role: str, iteration: int) -> Step:
+    """A generate/refine step whose answer is recognisable."""
+    text = f"ANSWER-{iteration}"
+    return Step(role, iteration, [], text, None, {}, 0.0, 1, output=text)  # type: ignore[arg-type]
+
+
+def all_prompts(job: Job, record: Record) -> Iterator[tuple[str, str]]:
+    """(role, text) of every message for generate, feedback, refine and a second refine."""
+    steps = [answer_step("generate", 0), feedback_step(job, 0)]
+    calls = [
+        ("generate", 0, []),
+        ("feedback", 0, steps[:1]),
+        ("refine", 1, steps),
+        ("refine", 2, [*steps, answer_step("refine", 1), feedback_step(job, 1)]),
+    ]
+    for role, iteration, prior in calls:
+        for message in build_messages(job, record, role, iteration, prior):  # type: ignore[arg-type]
+            yield f"{role}:{iteration}:{message['role']}", message["content"]
+
+
+def field_texts(value: Any) -> list[str]:
+    """The pieces of a field's value that a rendered prompt must contain."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+# -- loading and rendering ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "score_field", "threshold", "max_iters", "extract", "hooked"),
+    [
+        ("gsm", {"input": True, "target": False}, None, None, 3, "code", True),
+        ("commongen", {"concepts": True}, None, None, 4, "text", True),
+        ("acronym", {"title": True, "acronym": False}, "score", 23.0, 4, "text", True),
+        (
+            "sentiment-reversal",
+            {"review": True, "target_sentiment": True},
+            None,
+            None,
+            4,
+            "text",
+            False,
+        ),
+        ("dialogue", {"context": True}, "score", 28.0, 3, "text", False),
+        ("code-optimize", {"input": True, "test_input": False}, None, None, 3, "code", True),
+        ("code-readability", {"input": True}, None, None, 3, "code", True),
+    ],
+)
+def test_job_loads_with_its_contract(
+    name: str,
+    fields: dict[str, bool],
+    score_field: str | None,
+    threshold: float | None,
+    max_iters: int,
+    extract: str,
+    hooked: bool,
+) -> None:
+    """Each paper job loads with DESIGN.md's input fields, its stop rule and its hooks."""
+    job = load_job(name)
+    assert job.name == name
+    assert {f.name: f.required for f in job.inputs} == fields
+    assert (job.score_field, job.score_threshold, job.max_iters) == (
+        score_field,
+        threshold,
+        max_iters,
+    )
+    assert job.extract == extract
+    assert (job.evaluator is not None) is hooked
+    schema = job.feedback_schema
+    assert schema["properties"][job.actions_field]["type"] == "array"
+    assert schema["properties"][job.done_field]["type"] == "boolean"
+    assert {job.actions_field, job.done_field} <= set(schema["required"])
+    if score_field:
+        assert score_field in schema["required"]
+
+
+@pytest.mark.parametrize("name", PAPER_JOBS)
+def test_prompts_fit_a_small_local_model(name: str) -> None:
+    """Every prompt stays well under budget before the record's text, with room to answer."""
+    job = load_job(name)
+    system = job.system_prompt or ""
+    for template in (job.generate_prompt, job.feedback_prompt, job.refine_prompt):
+        tokens = math.ceil(len(system + template) / 4)
+        assert tokens < PROMPT_TOKENS
+    assert job.max_tokens <= 1024
+
+
+@pytest.mark.parametrize("name", PAPER_JOBS)
+def test_original_format_records_render_every_prompt(name: str) -> None:
+    """Fixture records in the paper's formats are accepted and render complete prompts."""
+    job = load_job(name)
+    recs = records(job, FIXTURES / f"{name}.jsonl")
+    assert len(recs) >= 3
+    for record in recs:
+        prompts = dict(all_prompts(job, record))
+        assert not any("{{" in text for text in prompts.values())
+        generate = "\n".join(t for k, t in prompts.items() if k.startswith("generate"))
+        shown = [f.name for f in job.inputs if "{{" + f.name + "}}" in job.generate_prompt]
+        assert shown
+        for fname in shown:
+            for piece in field_texts(record.fields.get(fname)):
+                assert piece in generate
+        assert "ANSWER-0" in prompts["feedback:0:user"]
+        assert "ACTION-0" in prompts["refine:1:user"]
+        # the second refinement sees the first attempt and its feedback in the history
+        assert "ANSWER-0" in prompts["refine:2:user"] and "ACTION-0" in prompts["refine:2:user"]
+        assert "ANSWER-1" in prompts["refine:2:user"] and "ACTION-1" in prompts["refine:2:user"]
+        longest = max(math.ceil(len(t) / 4) for t in prompts.values())
+        assert longest + job.max_tokens < CONTEXT_TOKENS
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "secret"), [("gsm", "target", 987654321), ("acronym", "acronym", "ZQXWV")]
+)
+def test_reference_answers_never_reach_the_model(name: str, field: str, secret: object) -> None:
+    """The reference (gsm target, acronym reference) is for evaluators only."""
+    job = load_job(name)
+    record = records(job, FIXTURES / f"{name}.jsonl", limit=1)[0]
+    record = Record(record.id, record.line, {**record.fields, field: secret})
+    assert all(str(secret) not in text for _, text in all_prompts(job, record))
+
+
+def test_dialogue_context_as_list_of_turns_renders_every_turn() -> None:
+    """A dialogue context given as a list of turns shows each turn in the prompt."""
+    job = load_job("dialogue")
+    turns = ["User: I like jazz", "System: Who do you listen to?", "User: Mostly Miles Davis"]
+    record = Record("d", 1, {"context": turns})
+    generate = dict(all_prompts(job, record))["generate:0:user"]
+    assert all(turn in generate for turn in turns)
+
+
+@pytest.mark.parametrize(("name", "filename"), sorted(SHARED_FILES.items()))
+def test_shared_data_files_are_accepted(name: str, filename: str) -> None:
+    """Every line of the shared task data becomes a record and renders."""
+    path = SHARED_DATA / filename
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    job = load_job(name)
+    recs = records(job, path)
+    assert len(recs) == len(read_jsonl(path))
+    for record in recs[:5]:
+        assert all("{{" not in text for _, text in all_prompts(job, record))
+
+
+# -- gsm -------------------------------------------------------------------------------------
+
+PROGRAM_30 = "def solution():\n    boxes_per_morning = 24 // 4\n    return boxes_per_morning * 5\n"
+RAISING = "def solution():\n    return 1 / 0\n"
+LOOPING = "def solution():\n    while True:\n        pass\n"
+
+
+@pytest.fixture
+def fast_gsm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short sandbox timeout for looping programs."""
+    monkeypatch.setattr(gsm_hooks, "TIMEOUT_S", 0.5)
+    gsm_hooks._run.cache_clear()
+
+
+@pytest.mark.usefixtures("fast_gsm")
+@pytest.mark.parametrize(
+    ("program", "target", "metrics"),
+    [
+        (PROGRAM_30, 30, {"answer": 30.0, "correct": True}),
+        (PROGRAM_30, 29, {"answer": 30.0, "correct": False}),
+        (PROGRAM_30, None, {"answer": 30.0}),
+        (PROGRAM_30, "30", {"answer": 30.0, "correct": True}),
+        (
+            "def solution():\n    return 1200.0000000001\n",
+            "1,200",
+            {"answer": 1200.0000000001, "correct": True},
+        ),
+        ("def solution():\n    return 0.1 + 0.2\n", 0.3, {"answer": 0.1 + 0.2, "correct": True}),
+        (PROGRAM_30, "She fills 6 boxes a day.\n#### 30", {"answer": 30.0, "correct": True}),
+        (
+            "from fractions import Fraction\ndef solution():\n    return Fraction(7, 2)\n",
+            3.5,
+            {"answer": 3.5, "correct": True},
+        ),
+        (RAISING, 1, {"error": "ZeroDivisionError: division by zero (line 2)", "correct": False}),
+        (LOOPING, 1, {"error": "timed out after 0.5s", "correct": False}),
+        (
+            "def solution():\n    return '30'\n",
+            30,
+            {"error": 'solution() returned "30", not a number', "correct": False},
+        ),
+        (
+            "def solution():\n    return None\n",
+            None,
+            {"error": "solution() returned null, not a number"},
+        ),
+        (
+            "def answer():\n    return 30\n",
+            None,
+            {"error": "NameError: name 'solution' is not defined"},
+        ),
+        (
+            PROGRAM_30,
+            "N/A",
+            {"answer": 30.0, "target_error": "cannot read target 'N/A' as a number"},
+        ),
+    ],
+)
+def test_gsm_evaluate(program: str, target: object, metrics: dict[str, Any]) -> None:
+    """gsm runs solution() in the sandbox and compares it with the target, with tolerance."""
+    fields = {"input": "q"} if target is None else {"input": "q", "target": target}
+    assert gsm_hooks.evaluate(fields, program) == metrics
+
+
+@pytest.mark.usefixtures("fast_gsm")
+@pytest.mark.parametrize(
+    ("program", "finding"),
+    [
+        (PROGRAM_30, None),
+        ("def solution():\n    return 31\n", None),  # wrong, but only the target says so
+        (RAISING, "The program raises ZeroDivisionError: division by zero (line 2)"),
+        (LOOPING, "solution() did not finish within 0.5 seconds"),
+        ("def solution():\n    return '30'\n", 'solution() returns "30": return the final answer'),
+        ("def answer():\n    return 30\n", "Define a function solution()"),
+        ("Sure! The answer is 30.", "Fix the syntax error: SyntaxError"),
+    ],
+)
+def test_gsm_check(program: str, finding: str | None) -> None:
+    """gsm's check reports raising, looping, non-number and missing programs, never the target."""
+    found = gsm_hooks.check({"input": "q", "target": 30}, program)
+    if finding is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].startswith(finding)
+
+
+# -- commongen -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("concept", "sentence", "used"),
+    [
+        ("dog", "Two dogs play in the yard.", True),
+        ("dog", "The dog's bowl is empty.", True),
+        ("box", "She stacks the boxes.", True),
+        ("berry", "He picks berries.", True),
+        ("knife", "The knives are sharp.", True),
+        ("carry", "She carried the bag.", True),
+        ("bake", "He baked bread.", True),
+        ("jump", "The kids jumped.", True),
+        ("stop", "The bus stopped.", True),
+        ("make", "They are making soup.", True),
+        ("run", "He was running late.", True),
+        ("swim", "Kids are swimming in the lake.", True),
+        ("tie", "She is tying her shoes.", True),
+        ("see", "We are seeing a film.", True),
+        ("ski", "They went skiing.", True),
+        ("throw", "He threw the ball.", True),
+        ("catch", "She caught it.", True),
+        ("run", "He ran home.", True),
+        ("child", "The children laugh.", True),
+        ("tooth", "He brushes his teeth.", True),
+        ("ice-skate", "They ice-skate on the pond.", True),
+        ("frisbee", "The dog runs.", False),
+        ("cat", "The category is wrong.", False),
+        ("pan", "A panda sleeps.", False),
+        ("run", "The runner waves.", False),
+    ],
+)
+def test_commongen_inflections(concept: str, sentence: str, used: bool) -> None:
+    """A concept counts in any inflected form, and only as a whole word."""
+    assert commongen_hooks.uses(concept, sentence) is used
+
+
+@pytest.mark.parametrize(
+    ("concepts", "sentence", "metrics", "findings"),
+    [
+        (
+            ["dog", "frisbee", "catch", "throw"],
+            "A man throws a frisbee and his dog catches it.",
+            {"coverage": 1.0, "missing": []},
+            [],
+        ),
+        (
+            ["dog", "frisbee", "catch", "throw"],
+            "A dog sleeps.",
+            {"coverage": 0.25, "missing": ["frisbee", "catch", "throw"]},
+            ["Use the missing concepts: frisbee, catch, throw."],
+        ),
+        ([], "Anything.", {"coverage": 1.0, "missing": []}, []),
+    ],
+)
+def test_commongen_evaluate_and_check(
+    concepts: list[str], sentence: str, metrics: dict[str, Any], findings: list[str]
+) -> None:
+    """commongen reports coverage and missing concepts; check asks for the missing ones."""
+    fields = {"concepts": concepts}
+    assert commongen_hooks.evaluate(fields, sentence) == metrics
+    assert commongen_hooks.check(fields, sentence) == findings
+
+
+# -- acronym ---------------------------------------------------------------------------------
+
+NASA_TITLE = "National Aeronautics and Space Administration"
+
+
+@pytest.mark.parametrize(
+    ("output", "acronym"),
+    [
+        ("NASA\nN-ational A-eronautics S-pace A-dministration", "NASA"),
+        ("Acronym: LASER", "LASER"),
+        ("**SCUBA** - Self-Contained Underwater Breathing Apparatus", "SCUBA"),
+        ("The acronym is GLOW.", "GLOW"),
+        ("\n\n  STAR (Space...)", "STAR"),
+        ("", ""),
+    ],
+)
+def test_acronym_extraction(output: str, acronym: str) -> None:
+    """The acronym is the first word of the answer's first line, labels and markup removed."""
+    assert acronym_hooks.extract_acronym(output) == acronym
+
+
+@pytest.mark.parametrize(
+    ("acronym", "title", "drawn"),
+    [
+        ("NASA", NASA_TITLE, True),
+        ("nasa", NASA_TITLE, True),
+        ("COGENT", "Cognitive Objects within a Graphical EnviroNmenT", True),
+        ("SPACE", NASA_TITLE, True),
+        ("QUIZ", NASA_TITLE, False),
+        ("BDL", "Big Data Lab", True),
+        ("BIGDATA", "Big Data Lab", True),
+        ("LDB", "Big Data Lab", False),  # letters out of order
+        ("IDL", "Big Data Lab", False),  # does not start at a word
+        ("", NASA_TITLE, False),
+    ],
+)
+def test_acronym_letters_from_title(acronym: str, title: str, drawn: bool) -> None:
+    """An acronym is drawn from the title when its letters appear in order from a word start."""
+    assert acronym_hooks.drawn_from(acronym, title) is drawn
+
+
+@pytest.mark.parametrize(
+    ("fields", "output", "metrics", "findings"),
+    [
+        (
+            {"title": NASA_TITLE, "acronym": "NASA"},
+            "NASA",
+            {"acronym": "NASA", "letters_from_title": True, "matches_reference": True},
+            0,
+        ),
+        (
+            {"title": NASA_TITLE, "acronym": "N.A.S.A."},
+            "nasa",
+            {"acronym": "nasa", "letters_from_title": True, "matches_reference": True},
+            0,
+        ),
+        (
+            {"title": NASA_TITLE, "acronym": "NASA"},
+            "SPACE",
+            {"acronym": "SPACE", "letters_from_title": True, "matches_reference": False},
+            0,
+        ),
+        ({"title": NASA_TITLE}, "QUIZ", {"acronym": "QUIZ", "letters_from_title": False}, 1),
+        ({"title": NASA_TITLE}, "", {"acronym": "", "letters_from_title": False}, 1),
+    ],
+)
+def test_acronym_evaluate_and_check(
+    fields: dict[str, str], output: str, metrics: dict[str, Any], findings: int
+) -> None:
+    """acronym compares with the reference when given and checks the letters come from the title."""
+    assert acronym_hooks.evaluate(fields, output) == metrics
+    assert len(acronym_hooks.check(fields, output)) == findings
+
+
+def test_reference_acronyms_are_mostly_drawn_from_their_titles() -> None:
+    """The letters rule accepts the shared data's own reference acronyms (nearly all)."""
+    path = SHARED_DATA / SHARED_FILES["acronym"]
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    rows = read_jsonl(path)
+    drawn = [acronym_hooks.drawn_from(str(r["acronym"]), str(r["title"])) for r in rows]
+    assert sum(drawn) / len(drawn) > 0.9
+
+
+# -- code ------------------------------------------------------------------------------------
+
+# PIE's style: a blank line between every two lines of code
+SLOW_SUM = (
+    "N = int(eval(input()))\n\ntotal = 0\n\nfor i in range(1, N + 1):\n\n    total += i\n\n"
+    "print(total)"
+)
+FAST_SUM = "N = int(input())\nprint(N * (N + 1) // 2)\n"
+
+
+@pytest.mark.parametrize(
+    ("output", "metrics", "finding"),
+    [
+        (
+            "# read two numbers\ndef add(a, b):\n    return a + b\n\n\nprint(add(1, 2))  # show\n",
+            {"parses": True, "functions": 1, "comment_lines": 2},
+            None,
+        ),
+        (
+            "def f(:\n    pass\n",
+            {"parses": False, "syntax_error": "line 1: invalid syntax"},
+            "Fix the syntax error at line 1",
+        ),
+        ("", {"parses": True, "functions": 0, "comment_lines": 0}, "Give the complete program"),
+    ],
+)
+def test_code_readability_evaluate_and_check(
+    output: str, metrics: dict[str, Any], finding: str | None
+) -> None:
+    """code-readability reports whether the code parses (and its shape); check names the line."""
+    assert code_readability_hooks.evaluate({"input": SLOW_SUM}, output) == metrics
+    found = code_readability_hooks.check({"input": SLOW_SUM}, output)
+    assert found == [] if finding is None else found[0].startswith(finding)
+
+
+@pytest.mark.parametrize(
+    ("test_input", "output", "metrics", "finding"),
+    [
+        ("5\n", FAST_SUM, {"parses": True, "same_output": True}, None),
+        (["5\n", "100\n"], FAST_SUM, {"parses": True, "same_output": True}, None),
+        (None, FAST_SUM, {"parses": True}, None),
+        (
+            "5\n",
+            "N = int(input())\nprint(N * N)\n",
+            {"parses": True, "same_output": False},
+            "The output differs",
+        ),
+        (
+            "5\n",
+            "print(1 / 0)\n",
+            {"parses": True, "same_output": False},
+            "The program fails on the test input: ZeroDivisionError",
+        ),
+        (
+            "5\n",
+            "print(\n",
+            {"parses": False, "syntax_error": "line 1: '(' was never closed", "same_output": False},
+            "Fix the syntax error at line 1",
+        ),
+        (
+            None,
+            "print(\n",
+            {"parses": False, "syntax_error": "line 1: '(' was never closed"},
+            "Fix the syntax error at line 1",
+        ),
+        (
+            "",
+            FAST_SUM,
+            {
+                "parses": True,
+                "original_error": "the original program fails on the test input "
+                "(EOFError: EOF when reading a line (line 1))",
+            },
+            None,
+        ),
+    ],
+)
+def test_code_optimize_evaluate_and_check(
+    test_input: object, output: str, metrics: dict[str, Any], finding: str | None
+) -> None:
+    """code-optimize reports parses and, given a test input, whether the output is unchanged."""
+    fields: dict[str, Any] = {"input": SLOW_SUM}
+    if test_input is not None:
+        fields["test_input"] = test_input
+    assert code_optimize_hooks.evaluate(fields, output) == metrics
+    found = code_optimize_hooks.check(fields, output)
+    if finding is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].startswith(finding)
+
+
+# -- end to end ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PAPER_JOBS)
+def test_job_runs_end_to_end_on_original_records(name: str, sim: Simulator, tmp_path: Path) -> None:
+    """Each paper job finishes every original-format record against the simulator."""
+    source = FIXTURES / f"{name}.jsonl"
+    summary = run(
+        name,
+        source,
+        tmp_path / "run",
+        Settings(model="m", base_url=sim.url, max_iters=2, concurrency=8),
+        api_key="k",
+        show_progress=False,
+    )
+    assert summary.exit_code == 0
+    outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
+    assert len(outs) == len(read_jsonl(source))
+    assert all(o["status"] == "done" for o in outs)
+    if load_job(name).evaluator is not None:
+        # the evaluator ran on every answer (the simulator's answers are no real programs,
+        # so the metrics may well hold errors) without failing the run
+        for o in outs:
+            by_iteration = o["metrics_by_iteration"]
+            assert by_iteration and all(isinstance(m, dict) for m in by_iteration)
+    # each record's own text reached the model in its generate prompt
+    job = load_job(name)
+    lines = source.read_bytes().splitlines()
+    traces = {t["id"]: t for t in read_jsonl(tmp_path / "run" / "traces.jsonl")}
+    for o in outs:
+        fields = orjson.loads(lines[o["line"] - 1])
+        generate = traces[o["id"]]["steps"][0]
+        assert generate["role"] == "generate"
+        prompt = generate["messages"][-1]["content"]
+        shown = [f.name for f in job.inputs if "{{" + f.name + "}}" in job.generate_prompt]
+        assert shown and all(
+            piece in prompt for fname in shown for piece in field_texts(fields.get(fname))
+        )

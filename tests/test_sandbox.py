@@ -1,0 +1,204 @@
+"""Sandbox: output and values captured, limits enforced, dangerous operations refused."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from pipeline.sandbox import MAX_OUTPUT_BYTES, SandboxResult, run_python
+
+
+def test_stdout_is_captured() -> None:
+    """What the program prints comes back as stdout, and the run is ok."""
+    result = run_python("print('hello')\nprint(6 * 7)")
+    assert result == SandboxResult(True, "hello\n42\n", None, None, False, "")
+
+
+def test_stdin_is_the_programs_input() -> None:
+    """The stdin argument is what input() reads."""
+    result = run_python("a, b = map(int, input().split())\nprint(a + b)", stdin="2 40\n")
+    assert result.ok and result.stdout == "42\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "value"),
+    [
+        ("return 18", "18"),
+        ("return 2.5", "2.5"),
+        ("return 'x'", '"x"'),
+        ("return [1, 2]", "[1, 2]"),
+        ("return {1, 2}", "{1, 2}"),  # not JSON: its repr
+        ("return float('nan')", "nan"),
+        ("return None", "null"),
+    ],
+)
+def test_call_value_is_returned(body: str, value: str) -> None:
+    """With call, the call's return value comes back as JSON (repr when not JSON)."""
+    result = run_python(f"def solution():\n    {body}\n", call="solution()")
+    assert result.ok and result.value == value
+
+
+def test_no_call_no_value() -> None:
+    """Without call there is no value, even when the program defines functions."""
+    assert run_python("def solution():\n    return 1\n").value is None
+
+
+@pytest.mark.parametrize(
+    ("code", "call", "error"),
+    [
+        ("x = 1\ny = x / 0\n", None, "ZeroDivisionError: division by zero (line 2)"),
+        ("x = (\n", None, "SyntaxError: '(' was never closed (line 1)"),
+        ("def solution():\n    return missing\n", "solution()", "NameError"),
+        ("x = 1\n", "solution()", "NameError: name 'solution' is not defined"),
+        ("import sys\nsys.exit(3)\n", None, "SystemExit: 3"),
+    ],
+)
+def test_failures_are_reported_with_their_line(code: str, call: str | None, error: str) -> None:
+    """A raising or unparsable program is not ok; the error names the exception and line."""
+    result = run_python(code, call=call)
+    assert not result.ok and not result.timed_out
+    assert result.error is not None and result.error.startswith(error)
+    assert result.value is None
+
+
+def test_exit_zero_is_success() -> None:
+    """sys.exit(0) after printing is a successful run."""
+    result = run_python("import sys\nprint('a')\nsys.exit(0)\n")
+    assert result.ok and result.stdout == "a\n"
+
+
+@pytest.mark.parametrize("code", ["while True:\n    pass\n", "import time\ntime.sleep(60)\n"])
+def test_timeout_kills_the_program(code: str) -> None:
+    """A program running past timeout_s is killed promptly and reported as timed out."""
+    start = time.monotonic()
+    result = run_python(code, timeout_s=0.5)
+    assert time.monotonic() - start < 3.0
+    assert result.timed_out and not result.ok
+    assert result.error == "timed out after 0.5s"
+
+
+def test_memory_limit() -> None:
+    """Allocating more than memory_mb fails with MemoryError instead of succeeding."""
+    code = "data = bytearray(300 * 1024 * 1024)\nprint(len(data))\n"
+    assert run_python(code, memory_mb=1024).ok
+    result = run_python(code, memory_mb=128)
+    assert not result.ok and result.error is not None and "MemoryError" in result.error
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "open({path!r}, 'w').write('x')",
+        "open({path!r}, 'a')",
+        "open({path!r}, 'x')",
+        "import os\nos.open({path!r}, os.O_WRONLY | os.O_CREAT)",
+        "import pathlib\npathlib.Path({path!r}).write_text('x')",
+    ],
+)
+def test_file_writes_are_refused(template: str, tmp_path: Path) -> None:
+    """Opening a file for writing fails and creates nothing."""
+    target = tmp_path / "written.txt"
+    result = run_python(template.format(path=str(target)))
+    assert not result.ok and result.error is not None
+    assert "writing files is not allowed" in result.error
+    assert not target.exists()
+
+
+def test_file_changes_are_refused(tmp_path: Path) -> None:
+    """Removing a file fails and the file survives."""
+    victim = tmp_path / "keep.txt"
+    victim.write_text("keep", encoding="utf-8")
+    result = run_python(f"import os\nos.remove({str(victim)!r})")
+    assert not result.ok and victim.exists()
+
+
+def test_reading_files_and_stdout_fd_are_allowed() -> None:
+    """Reading a file and writing through an already open fd (stdout) still work."""
+    code = "import os\nopen(os.__file__).read(10)\nf = open(1, 'w')\nf.write('ok\\n')\nf.flush()\n"
+    result = run_python(code)
+    assert result.ok and result.stdout == "ok\n"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import socket\nsocket.socket()",
+        "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)",
+        "import socket\nsocket.getaddrinfo('localhost', 80)",
+    ],
+)
+def test_network_is_refused(code: str) -> None:
+    """Creating sockets and resolving names fail with a sandbox PermissionError."""
+    result = run_python(code)
+    assert not result.ok and result.error is not None
+    assert result.error.startswith("PermissionError: sandbox:")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import subprocess\nsubprocess.run(['true'])",
+        "import os\nos.system('true')",
+        "import os\nos.fork()",
+        "import os\nos.execv('/bin/true', ['true'])",
+        "import os\nos.posix_spawn('/bin/true', ['true'], {})",
+        "import os\nos.kill(os.getppid(), 0)",
+        "import ctypes",
+        "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (-1, -1))",
+    ],
+)
+def test_processes_signals_and_limits_are_refused(code: str) -> None:
+    """Starting processes, signalling others, ctypes and raising limits all fail."""
+    result = run_python(code)
+    assert not result.ok and result.error is not None
+    assert result.error.startswith("PermissionError: sandbox:")
+
+
+def test_environment_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's environment does not reach the program."""
+    monkeypatch.setenv("REFINE_SECRET", "s3cret")
+    result = run_python("import os\nprint(sorted(os.environ))")
+    assert result.ok
+    assert "REFINE_SECRET" not in result.stdout and "PATH" not in result.stdout
+
+
+def test_site_packages_are_not_importable() -> None:
+    """Only the standard library is importable (no site-packages)."""
+    result = run_python("import orjson")
+    assert not result.ok and result.error is not None
+    assert result.error.startswith("ModuleNotFoundError")
+
+
+def test_output_is_truncated() -> None:
+    """Output beyond the kept size is dropped; the run still succeeds."""
+    result = run_python(f"print('x' * {MAX_OUTPUT_BYTES * 4})")
+    assert result.ok and len(result.stdout) == MAX_OUTPUT_BYTES
+
+
+def test_endless_output_is_stopped() -> None:
+    """A program that prints without end is stopped long before the timeout."""
+    start = time.monotonic()
+    result = run_python("while True:\n    print('x' * 10000)\n", timeout_s=30)
+    assert time.monotonic() - start < 10
+    assert not result.ok and result.error is not None and "output limit" in result.error
+
+
+def test_runs_in_threads_do_not_mix() -> None:
+    """Concurrent runs from worker threads each get their own output and value."""
+
+    def one(i: int) -> SandboxResult:
+        return run_python(f"print({i})\ndef solution():\n    return {i} * 2\n", call="solution()")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(one, range(16)))
+    assert [(r.stdout, r.value) for r in results] == [(f"{i}\n", str(i * 2)) for i in range(16)]
+
+
+@pytest.mark.parametrize(("kwargs"), [{"timeout_s": 0}, {"memory_mb": 0}])
+def test_bad_limits_are_refused(kwargs: dict[str, float]) -> None:
+    """Non-positive limits are a caller error."""
+    with pytest.raises(ValueError):
+        run_python("pass", **kwargs)  # type: ignore[arg-type]
