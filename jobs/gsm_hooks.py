@@ -122,6 +122,8 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             "never ends and compute each step directly."
         ]
     error = result.error or ""
+    if "'return' outside function" in error:
+        return [f"Put every step inside def solution(): and return the answer from it ({error})."]
     if error.startswith(("SyntaxError", "IndentationError", "TabError")):
         return [f"Fix the syntax error: {error}. Reply with only the code."]
     if "name 'solution' is not defined" in error:

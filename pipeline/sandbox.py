@@ -265,7 +265,7 @@ def _run(work: Path, timeout_s: float, memory_mb: int, call: str) -> SandboxResu
     elif reason is not None:
         error = reason
     else:
-        error = _error(returncode, result, errs)
+        error = _error(returncode, result, errs, expect_value=bool(call))
     value = None
     if error is None and isinstance(result, dict):
         raw = result.get("value")
@@ -326,7 +326,7 @@ def _wait_exit(pid: int, deadline: float) -> bool:
     return True
 
 
-def _error(returncode: int, result: object, errs: _Capture) -> str | None:
+def _error(returncode: int, result: object, errs: _Capture, *, expect_value: bool) -> str | None:
     """Why a finished run failed, or None when it succeeded."""
     if isinstance(result, dict) and isinstance(result.get("error"), str):
         return str(result["error"])[:MAX_ERROR_CHARS]
@@ -338,6 +338,8 @@ def _error(returncode: int, result: object, errs: _Capture) -> str | None:
             "SIGSEGV": " (crashed)",
         }.get(name, "")
         return f"killed by {name}{hint}"
+    if returncode == 0 and result is None and not expect_value:
+        return None  # the program ended the process itself (os._exit(0)) after its output
     if returncode != 0 or not isinstance(result, dict):
         tail = errs.text().strip().splitlines()[-1:] or ["no result reported"]
         return f"exit status {returncode}: {tail[0]}"[:MAX_ERROR_CHARS]

@@ -80,7 +80,7 @@ def test_every_fault_kind_ends_done_or_failed_with_reason(tmp_path: Path) -> Non
 def test_outage_is_waited_out_without_failing_records(tmp_path: Path) -> None:
     """A server down for seconds: calls probe one at a time and every record still finishes."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))
-    with Simulator(SimConfig(latency_s=0.01, outages=((0.3, 3.3),))) as sim:
+    with Simulator(SimConfig(latency_s=0.05, outages=((0.2, 2.2),))) as sim:
         summary = run(
             "code-improve",
             inp,
@@ -90,6 +90,7 @@ def test_outage_is_waited_out_without_failing_records(tmp_path: Path) -> None:
             show_progress=False,
         )
         during = [r for r in sim.requests if r.outcome == "outage"]
+        assert max(r.t for r in sim.requests) > 2.2, "the run must outlast the outage"
     assert summary.exit_code == 0, summary.message
     outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
     assert len(outs) == 30 and all(o["status"] == "done" for o in outs)

@@ -23,7 +23,7 @@ from pipeline.jobs import Job, load_job
 from pipeline.loop import Step, build_messages
 from pipeline.records import Record, read_records
 from pipeline.testing.simulator import Simulator
-from tests.helpers import SHARED_DATA, read_jsonl
+from tests.helpers import SHARED_DATA
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "paper"
 PAPER_JOBS = (
@@ -42,6 +42,11 @@ SHARED_FILES = {
 }
 PROMPT_TOKENS = 600  # per prompt, before the record's text (a 4096-token local model)
 CONTEXT_TOKENS = 4096
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    """Every line of a JSONL file, parsed."""
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
 def records(job: Job, path: Path, limit: int | None = None) -> list[Record]:
@@ -134,7 +139,9 @@ def test_job_loads_with_its_contract(
         max_iters,
     )
     assert job.extract == extract
+    assert job.retry_copy is (job.temperature == 0)  # greedy jobs retry a verbatim copy
     assert (job.evaluator is not None) is hooked
+    assert (job.checker is not None) is hooked
     schema = job.feedback_schema
     assert schema["properties"][job.actions_field]["type"] == "array"
     assert schema["properties"][job.done_field]["type"] == "boolean"
@@ -206,7 +213,7 @@ def test_shared_data_files_are_accepted(name: str, filename: str) -> None:
         pytest.skip(f"{path} is absent")
     job = load_job(name)
     recs = records(job, path)
-    assert len(recs) == len(read_jsonl(path))
+    assert len(recs) == len(rows(path))
     for record in recs[:5]:
         assert all("{{" not in text for _, text in all_prompts(job, record))
 
@@ -286,6 +293,7 @@ def test_gsm_evaluate(program: str, target: object, metrics: dict[str, Any]) -> 
         ("def solution():\n    return '30'\n", 'solution() returns "30": return the final answer'),
         ("def answer():\n    return 30\n", "Define a function solution()"),
         ("Sure! The answer is 30.", "Fix the syntax error: SyntaxError"),
+        ("x = 30\nreturn x\n", "Put every step inside def solution(): and return the answer"),
     ],
 )
 def test_gsm_check(program: str, finding: str | None) -> None:
@@ -441,8 +449,7 @@ def test_reference_acronyms_are_mostly_drawn_from_their_titles() -> None:
     path = SHARED_DATA / SHARED_FILES["acronym"]
     if not path.exists():
         pytest.skip(f"{path} is absent")
-    rows = read_jsonl(path)
-    drawn = [acronym_hooks.drawn_from(str(r["acronym"]), str(r["title"])) for r in rows]
+    drawn = [acronym_hooks.drawn_from(r["acronym"], r["title"]) for r in rows(path)]
     assert sum(drawn) / len(drawn) > 0.9
 
 
@@ -554,25 +561,27 @@ def test_job_runs_end_to_end_on_original_records(name: str, sim: Simulator, tmp_
         show_progress=False,
     )
     assert summary.exit_code == 0
-    outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
-    assert len(outs) == len(read_jsonl(source))
-    assert all(o["status"] == "done" for o in outs)
-    if load_job(name).evaluator is not None:
-        # the evaluator ran on every answer (the simulator's answers are no real programs,
-        # so the metrics may well hold errors) without failing the run
-        for o in outs:
-            by_iteration = o["metrics_by_iteration"]
-            assert by_iteration and all(isinstance(m, dict) for m in by_iteration)
-    # each record's own text reached the model in its generate prompt
     job = load_job(name)
-    lines = source.read_bytes().splitlines()
-    traces = {t["id"]: t for t in read_jsonl(tmp_path / "run" / "traces.jsonl")}
+    inputs = rows(source)
+    outs = rows(tmp_path / "run" / "outputs.jsonl")
+    traces = {t["id"]: t["steps"] for t in rows(tmp_path / "run" / "traces.jsonl")}
+    assert len(outs) == len(inputs)
+    shown = [f.name for f in job.inputs if "{{" + f.name + "}}" in job.generate_prompt]
+    assert shown
     for o in outs:
-        fields = orjson.loads(lines[o["line"] - 1])
-        generate = traces[o["id"]]["steps"][0]
+        assert o["status"] == "done"
+        # each record's own text reached the model in its generate prompt
+        generate = traces[o["id"]][0]
         assert generate["role"] == "generate"
         prompt = generate["messages"][-1]["content"]
-        shown = [f.name for f in job.inputs if "{{" + f.name + "}}" in job.generate_prompt]
-        assert shown and all(
-            piece in prompt for fname in shown for piece in field_texts(fields.get(fname))
-        )
+        fields = inputs[o["line"] - 1]
+        assert all(piece in prompt for f in shown for piece in field_texts(fields.get(f)))
+        if job.evaluator is not None:
+            # the evaluator ran on every answer without failing the run (the simulator's
+            # answers are no real programs, so the metrics may well hold errors)
+            by_iteration = o["metrics_by_iteration"]
+            assert by_iteration and all(isinstance(m, dict) for m in by_iteration)
+            assert not any("check_error" in m for m in by_iteration)
+        if job.checker is not None:  # and so did the checks
+            answers = [s for s in traces[o["id"]] if s["role"] != "feedback"]
+            assert all(isinstance(s.get("checks"), list) for s in answers)

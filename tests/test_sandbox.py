@@ -64,10 +64,21 @@ def test_failures_are_reported_with_their_line(code: str, call: str | None, erro
     assert result.value is None
 
 
-def test_exit_zero_is_success() -> None:
-    """sys.exit(0) after printing is a successful run."""
-    result = run_python("import sys\nprint('a')\nsys.exit(0)\n")
+@pytest.mark.parametrize(
+    "code",
+    ["import sys\nprint('a')\nsys.exit(0)\n", "import os\nprint('a', flush=True)\nos._exit(0)\n"],
+)
+def test_exit_zero_is_success(code: str) -> None:
+    """Ending the program with exit status 0 after printing is a successful run."""
+    result = run_python(code)
     assert result.ok and result.stdout == "a\n"
+
+
+def test_exit_before_call_is_a_failure() -> None:
+    """A program that ends the process before call can run reports no value, as a failure."""
+    result = run_python("import os\nos._exit(0)\n", call="solution()")
+    assert not result.ok and result.value is None
+    assert result.error == "exit status 0: no result reported"
 
 
 @pytest.mark.parametrize("code", ["while True:\n    pass\n", "import time\ntime.sleep(60)\n"])
