@@ -15,6 +15,7 @@ from jobs import (
     code_optimize_hooks,
     code_readability_hooks,
     commongen_hooks,
+    dialogue_hooks,
     gsm_hooks,
 )
 from pipeline import Settings, run
@@ -101,53 +102,59 @@ def field_texts(value: Any) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("name", "fields", "score_field", "threshold", "max_iters", "extract", "hooked"),
+    ("name", "fields", "stop", "extract", "hooks"),
     [
-        ("gsm", {"input": True, "target": False}, None, None, 3, "code", True),
-        ("commongen", {"concepts": True}, None, None, 4, "text", True),
-        ("acronym", {"title": True, "acronym": False}, "score", 23.0, 4, "text", True),
+        ("gsm", {"input": True, "target": False}, (None, None, 3), "code", "evaluate check"),
+        ("commongen", {"concepts": True}, (None, None, 4), "text", "evaluate check"),
+        (
+            "acronym",
+            {"title": True, "acronym": False},
+            ("score", 23.0, 4),
+            "text",
+            "evaluate check",
+        ),
         (
             "sentiment-reversal",
             {"review": True, "target_sentiment": True},
-            None,
-            None,
-            4,
+            (None, None, 4),
             "text",
-            False,
+            "",
         ),
-        ("dialogue", {"context": True}, "score", 28.0, 3, "text", False),
-        ("code-optimize", {"input": True, "test_input": False}, None, None, 3, "code", True),
-        ("code-readability", {"input": True}, None, None, 3, "code", True),
+        ("dialogue", {"context": True}, ("score", 28.0, 3), "text", "check"),
+        (
+            "code-optimize",
+            {"input": True, "test_input": False},
+            (None, None, 3),
+            "code",
+            "evaluate check",
+        ),
+        ("code-readability", {"input": True}, (None, None, 3), "code", "evaluate check"),
     ],
 )
 def test_job_loads_with_its_contract(
     name: str,
     fields: dict[str, bool],
-    score_field: str | None,
-    threshold: float | None,
-    max_iters: int,
+    stop: tuple[str | None, float | None, int],
     extract: str,
-    hooked: bool,
+    hooks: str,
 ) -> None:
     """Each paper job loads with DESIGN.md's input fields, its stop rule and its hooks."""
     job = load_job(name)
     assert job.name == name
     assert {f.name: f.required for f in job.inputs} == fields
-    assert (job.score_field, job.score_threshold, job.max_iters) == (
-        score_field,
-        threshold,
-        max_iters,
-    )
+    assert (job.score_field, job.score_threshold, job.max_iters) == stop
     assert job.extract == extract
+    assert (job.evaluator is not None, job.checker is not None) == (
+        "evaluate" in hooks,
+        "check" in hooks,
+    )
     assert job.retry_copy is (job.temperature == 0)  # greedy jobs retry a verbatim copy
-    assert (job.evaluator is not None) is hooked
-    assert (job.checker is not None) is hooked
     schema = job.feedback_schema
     assert schema["properties"][job.actions_field]["type"] == "array"
     assert schema["properties"][job.done_field]["type"] == "boolean"
     assert {job.actions_field, job.done_field} <= set(schema["required"])
-    if score_field:
-        assert score_field in schema["required"]
+    if job.score_field:
+        assert job.score_field in schema["required"]
 
 
 @pytest.mark.parametrize("name", PAPER_JOBS)
@@ -451,6 +458,24 @@ def test_reference_acronyms_are_mostly_drawn_from_their_titles() -> None:
         pytest.skip(f"{path} is absent")
     drawn = [acronym_hooks.drawn_from(r["acronym"], r["title"]) for r in rows(path)]
     assert sum(drawn) / len(drawn) > 0.9
+
+
+# -- dialogue --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("output", "findings"),
+    [
+        ("Nice! How long was the hike?", 0),
+        ("System: Nice! How long was the hike?", 0),
+        ("User: Hi!\nSystem: Hello!\nUser: I hiked\nSystem: Nice, how long was it?", 1),
+        ("Nice!\nUser: thanks", 1),
+        ("  ", 1),
+    ],
+)
+def test_dialogue_check(output: str, findings: int) -> None:
+    """dialogue's check flags an empty answer or one that repeats the conversation."""
+    assert len(dialogue_hooks.check({"context": "User: Hi!"}, output)) == findings
 
 
 # -- code ------------------------------------------------------------------------------------
