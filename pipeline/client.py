@@ -46,6 +46,9 @@ OUTAGE_PROBE_CAP_S = 5.0
 MAX_OUTAGE_S = 300.0
 FIRST_CONTACT_S = 30.0
 _DEGRADE_HINTS = ("response_format", "json", "schema", "grammar")
+# Calls that had to go one structured level down after a 400 naming nothing before
+# the whole pool goes down too.
+FORMAT_VOTES = 3
 
 
 def backoff_delay(
@@ -145,6 +148,7 @@ class OpenAIClient:
         self._rng = rng or random.Random()
         self._clock = clock
         self._slots = anyio.Semaphore(max_in_flight) if max_in_flight else None
+        self._format_votes = 0
         self.outage = Outage(
             max_outage, FIRST_CONTACT_S, clock, threshold=min(OUTAGE_AFTER, max_retries + 1)
         )
@@ -214,6 +218,7 @@ class OpenAIClient:
         max_tokens: int,
     ) -> Completion:
         attempt = 0
+        floor = 0  # this call's own structured level, when a 400 hinted at the format
         started = self._clock()
         while True:
             attempt += 1
@@ -229,15 +234,25 @@ class OpenAIClient:
                 sent_at = self._clock()
                 try:
                     result = await self._attempt(
-                        messages, schema, temperature, max_tokens, attempt, started
+                        messages, schema, temperature, max_tokens, attempt, started, floor
                     )
                 except _Retry as retry:
                     failure, wait = retry.failure, retry.wait
                 else:
                     self.outage.close(sent_at)
+                    if floor > self.level:
+                        # A bare 400 went away one level down: after a few such calls the
+                        # whole pool starts there.
+                        self._format_votes += 1
+                        if self._format_votes >= FORMAT_VOTES:
+                            self.level = max(self.level, floor)
                     return result
                 if failure.kind == "format":
                     attempt -= 1  # a format probe is not a failed attempt
+                    continue
+                if failure.kind == "format_guess":
+                    floor = max(floor, self.level) + 1
+                    attempt -= 1
                     continue
                 self.retries += 1
                 if _server_fault(failure) and self.outage.failed():
@@ -279,9 +294,10 @@ class OpenAIClient:
         max_tokens: int,
         attempt: int,
         started: float,
+        floor: int = 0,
     ) -> Completion:
         """One HTTP request: its Completion, or _Retry, or a CallError that ends the call."""
-        level = self.level
+        level = max(self.level, floor)
         sent, params = self._request(messages, schema, level, temperature, max_tokens)
         booking = await self.limiter.acquire(estimate_tokens(sent), max_tokens)
         self.calls += 1
@@ -313,9 +329,14 @@ class OpenAIClient:
             if status == 429:
                 wait = retry_after(headers)
                 self.limiter.on_rate_limited(wait)
-            if schema is not None and level < len(LEVELS) - 1 and _format_refused(status, message):
-                self.level = max(self.level, level + 1)
-                raise _Retry(CallError("format", message, status=status)) from None
+            if schema is not None and level < len(LEVELS) - 1:
+                if _format_refused(status, message):
+                    self.level = max(self.level, level + 1)
+                    raise _Retry(CallError("format", message, status=status)) from None
+                if status in (400, 422):
+                    # A 400 that names nothing: maybe our response_format, maybe the
+                    # request. Try this call one level down before blaming the record.
+                    raise _Retry(CallError("format_guess", message, status=status)) from None
             kind = classify_status(status)
             text = f"HTTP {status}: {message}"
             if kind == "auth":

@@ -262,3 +262,79 @@ async def test_rate_limit_429_honours_retry_after_and_slows_pool() -> None:
     assert statuses.count(200) == 3
     # The server's headers told the limiter its limit, so pacing avoided most refusals.
     assert statuses.count(429) <= 1
+
+
+class _TerseServer:
+    """A server that answers a bare 400 ("Bad Request") to any response_format."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        import orjson
+
+        seen: list[dict[str, Any]] = []
+        self.seen = seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                seen.append(body)
+                if "response_format" in body:
+                    status, payload = 400, {"error": {"message": "Bad Request"}}
+                else:
+                    answer = '{"actions": ["x"], "done": false}'
+                    status, payload = (
+                        200,
+                        {
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": answer},
+                                }
+                            ],
+                            "usage": {"prompt_tokens": 5, "completion_tokens": 5},
+                        },
+                    )
+                data = orjson.dumps(payload)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.anyio
+async def test_terse_400_to_response_format_degrades_per_call_then_pool() -> None:
+    """A 400 naming nothing is retried one level down; after a few such calls the pool moves."""
+    server = _TerseServer()
+    try:
+        client = OpenAIClient(
+            model="m", base_url=server.url, api_key="k", timeout=5, max_retries=0, limiter=Limiter()
+        )
+        for i in range(4):
+            comp = await client.complete(
+                [{"role": "user", "content": f"q{i}"}], schema=SCHEMA, temperature=0, max_tokens=20
+            )
+            assert "actions" in comp.text
+        await client.aclose()
+    finally:
+        server.close()
+    with_format = [b for b in server.seen if "response_format" in b]
+    # Three calls each probed json_schema and json_object before text; the fourth went
+    # straight to text.
+    assert len(with_format) == 6
+    assert client.level == 2
