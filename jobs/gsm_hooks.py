@@ -96,10 +96,11 @@ def _shown(value: str | None) -> str:
 
 
 def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
-    """``{"answer": 18.0, "correct": True}``, or ``{"error": "..."}`` (with ``correct``
+    """``{"answer": "18.0", "correct": True}``, or ``{"error": "..."}`` (with ``correct``
     False when the record has a target)."""
     answer, problem = _answer(_run(output))
-    metrics: dict[str, Any] = {"error": problem} if problem else {"answer": answer}
+    # The answer is kept as text: it is not a metric to average over records.
+    metrics: dict[str, Any] = {"error": problem} if problem else {"answer": repr(answer)}
     target = fields.get("target")
     if target is not None:
         expected = parse_target(target)

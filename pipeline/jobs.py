@@ -9,6 +9,7 @@ A job is a TOML file::
     type = "string"             # string | string-list | number | integer | boolean | any
     description = "a coding request"
     required = true             # default
+    join = ", "                 # default: how a list of strings is rendered in prompts
 
     [prompts]                   # {{name}} placeholders: input fields, output, feedback, history
     system = "..."              # optional
@@ -21,6 +22,8 @@ A job is a TOML file::
     actions_field = "actions"   # list of concrete actions (required in the schema)
     done_field = "done"         # boolean
     score_field = "score"       # optional: numeric score; enables best-scored choice
+    score_from = ["a", "b"]     # optional: the score is the sum of these rating fields
+                                # (small critics add up their own ratings wrongly)
 
     [stop]
     max_iters = 3               # default for --max-iters
@@ -79,13 +82,13 @@ _TOP_KEYS = (
 )
 _TABLE_KEYS = {
     "prompts": ("feedback", "generate", "refine", "system"),
-    "feedback": ("actions_field", "done_field", "schema", "score_field"),
+    "feedback": ("actions_field", "done_field", "schema", "score_field", "score_from"),
     "stop": ("copy_temperature", "max_iters", "retry_copy", "score_threshold"),
     "model": ("max_tokens", "temperature"),
     "output": ("extract",),
     "hooks": ("file",),
 }
-_FIELD_KEYS = ("description", "required", "type")
+_FIELD_KEYS = ("description", "join", "required", "type")
 _JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
 
 Evaluator = Callable[[Mapping[str, Any], str], Mapping[str, Any]]
@@ -100,6 +103,7 @@ class InputField:
     type: str
     required: bool = True
     description: str = ""
+    join: str = ", "  # how a list of strings is rendered into prompts
 
     def check(self, value: Any) -> str | None:
         """Why ``value`` does not fit this field, or None when it does."""
@@ -142,6 +146,7 @@ class Job:
     checker: Checker | None = field(default=None, compare=False)
     retry_copy: bool = False
     copy_temperature: float = 1.0
+    score_from: tuple[str, ...] = ()  # rating fields whose sum replaces the critic's own score
 
     @property
     def scored(self) -> bool:
@@ -284,6 +289,13 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         if got != want:
             raise JobError(src, key, f"property {fname!r} must have type {want!r}")
 
+    score_from = tuple(r.get("feedback.score_from", list, []))
+    for i, fname in enumerate(score_from):
+        if not isinstance(fname, str) or fname not in props:
+            raise JobError(src, f"feedback.score_from[{i}]", f"{fname!r} is not a property")
+    if score_from and score_field is None:
+        raise JobError(src, "feedback.score_from", "needs feedback.score_field")
+
     max_iters = r.get("stop.max_iters", int, 3)
     if max_iters < 0:
         raise JobError(src, "stop.max_iters", "must be >= 0")
@@ -336,6 +348,7 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         checker=hooks["check"],
         retry_copy=retry_copy,
         copy_temperature=copy_temperature,
+        score_from=score_from,
     )
 
 
@@ -354,7 +367,12 @@ def _parse_inputs(r: _Reader) -> tuple[InputField, ...]:
         required = spec.get("required", True)
         if not isinstance(required, bool):
             raise JobError(r.source, f"{key}.required", "expected bool")
-        fields.append(InputField(fname, ftype, required, str(spec.get("description", ""))))
+        join = spec.get("join", ", ")
+        if not isinstance(join, str):
+            raise JobError(r.source, f"{key}.join", "expected a string")
+        fields.append(
+            InputField(fname, ftype, required, str(spec.get("description", "")), join)
+        )
     return tuple(fields)
 
 

@@ -260,29 +260,45 @@ def plan(
 def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, list[float | None]]:
     """The chosen iteration, its score and every iteration's score.
 
-    The best-scored iteration wins (ties go to the later one); without scores, the last.
+    Among the answers that pass the job's checks (all of them when none does, or the
+    job has no checks) the best-scored wins, ties going to the later one; without
+    scores, the last.
     """
     answers = _answers(steps)
     if not answers:
         return None, None, []
     feedback = {s.iteration: s for s in steps if s.role == "feedback"}
     scores = [_score(job, feedback.get(a.iteration)) for a in answers]
+    passing = [i for i, a in enumerate(answers) if a.checks == []]
+    candidates = passing or list(range(len(answers)))
     best: int | None = None
-    for i, sc in enumerate(scores):
+    for i in candidates:
+        sc = scores[i]
         if sc is not None and (best is None or sc >= (scores[best] or 0.0)):
             best = i
     if best is None:
-        return answers[-1].iteration, None, scores
+        return answers[candidates[-1]].iteration, None, scores
     return answers[best].iteration, scores[best], scores
 
 
-def _field_text(value: Any) -> str:
+def summed_score(parsed: Mapping[str, Any], fields: Sequence[str]) -> float | None:
+    """The sum of the rating fields, or None when one is missing or not a number."""
+    total = 0.0
+    for f in fields:
+        value = parsed.get(f)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        total += value
+    return total
+
+
+def _field_text(value: Any, join: str = ", ") -> str:
     if value is None:  # an absent optional field, or null
         return ""
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return ", ".join(value)
+        return join.join(value)
     return orjson.dumps(value).decode()
 
 
@@ -330,7 +346,7 @@ def build_messages(
     job: Job, record: Record, role: Role, iteration: int, steps: Sequence[Step]
 ) -> list[dict[str, str]]:
     """The chat messages for one call, exactly as they will be sent."""
-    values = {f.name: _field_text(record.fields.get(f.name)) for f in job.inputs}
+    values = {f.name: _field_text(record.fields.get(f.name), f.join) for f in job.inputs}
     if role == "generate":
         prompt = render(job.generate_prompt, values)
     else:
@@ -410,6 +426,8 @@ async def _make_step(
             )
         except FeedbackParseError as err:
             parsed, error = None, {"type": "feedback_parse", "message": str(err)}
+        if parsed is not None and job.score_from and job.score_field is not None:
+            parsed[job.score_field] = summed_score(parsed, job.score_from)
         answer = next((a for a in _answers(steps) if a.iteration == iteration), None)
         return Step(
             role,

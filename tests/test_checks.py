@@ -167,3 +167,65 @@ async def test_resumed_copy_retry_keeps_its_temperature() -> None:
     resumed = await refine_record(RECORD, job, client, Sink(), max_iters=3, prior=first.steps[:3])
     assert [c[1] for c in client.calls] == [1.3, 0.7]
     assert resumed.output_line() == first.output_line()
+
+
+@pytest.mark.anyio
+async def test_unscored_job_keeps_latest_answer_that_passes_checks() -> None:
+    """Without scores the output is the latest answer whose checks pass, not a failing last."""
+    job = dataclasses.replace(CHECKED, score_field=None)
+    client = Client(
+        [
+            "x = 0",
+            critic(done=False),
+            "total = 0",
+            critic(done=False),
+            "y = 1",  # the last answer breaks the check again
+        ]
+    )
+    outcome = await refine_record(RECORD, job, client, Sink(), max_iters=2)
+    assert outcome.stop_reason == "max_iters"
+    assert outcome.output == "total = 0"
+    assert outcome.chosen_iteration == 1
+
+
+def test_list_field_rendered_with_its_join() -> None:
+    """A list-of-strings field is joined with the field's `join` in prompts."""
+    from pipeline.jobs import InputField
+    from pipeline.loop import build_messages
+
+    job = dataclasses.replace(BASE, inputs=(InputField("task", "any", join="\n"),))
+    record = Record("r", 1, {"task": ["User: hi", "System: hello"]})
+    prompt = build_messages(job, record, "generate", 0, [])[-1]["content"]
+    assert "User: hi\nSystem: hello" in prompt
+
+
+@pytest.mark.parametrize(
+    ("parsed", "expected"),
+    [
+        ({"a": 2, "b": 3}, 5.0),
+        ({"a": 2.5, "b": 1}, 3.5),
+        ({"a": 2}, None),
+        ({"a": 2, "b": "x"}, None),
+        ({"a": True, "b": 1}, None),
+    ],
+)
+def test_summed_score(parsed: dict[str, Any], expected: float | None) -> None:
+    """The score is the sum of the rating fields, or None when one is missing or not a number."""
+    from pipeline.loop import summed_score
+
+    assert summed_score(parsed, ("a", "b")) == expected
+
+
+@pytest.mark.anyio
+async def test_score_from_overrides_critic_arithmetic() -> None:
+    """With score_from, a critic claiming 30 for ratings summing to 20 gets 20."""
+    job = load_job("dialogue")
+    ratings = {f: 2 for f in job.score_from}
+    answer = orjson.dumps({**ratings, "score": 30, "actions": ["be specific"], "done": False})
+    client = Client(["Hello there!", answer.decode(), "Hi!", answer.decode()])
+    outcome = await refine_record(
+        Record("d", 1, {"context": "User: hi"}), job, client, Sink(), max_iters=1
+    )
+    assert outcome.steps[1].parsed is not None
+    assert outcome.steps[1].parsed["score"] == 20.0
+    assert outcome.score == 20.0

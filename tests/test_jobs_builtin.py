@@ -243,21 +243,25 @@ def fast_gsm(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("program", "target", "metrics"),
     [
-        (PROGRAM_30, 30, {"answer": 30.0, "correct": True}),
-        (PROGRAM_30, 29, {"answer": 30.0, "correct": False}),
-        (PROGRAM_30, None, {"answer": 30.0}),
-        (PROGRAM_30, "30", {"answer": 30.0, "correct": True}),
+        (PROGRAM_30, 30, {"answer": repr(30.0), "correct": True}),
+        (PROGRAM_30, 29, {"answer": repr(30.0), "correct": False}),
+        (PROGRAM_30, None, {"answer": repr(30.0)}),
+        (PROGRAM_30, "30", {"answer": repr(30.0), "correct": True}),
         (
             "def solution():\n    return 1200.0000000001\n",
             "1,200",
-            {"answer": 1200.0000000001, "correct": True},
+            {"answer": repr(1200.0000000001), "correct": True},
         ),
-        ("def solution():\n    return 0.1 + 0.2\n", 0.3, {"answer": 0.1 + 0.2, "correct": True}),
-        (PROGRAM_30, "She fills 6 boxes a day.\n#### 30", {"answer": 30.0, "correct": True}),
+        (
+            "def solution():\n    return 0.1 + 0.2\n",
+            0.3,
+            {"answer": repr(0.1 + 0.2), "correct": True},
+        ),
+        (PROGRAM_30, "She fills 6 boxes a day.\n#### 30", {"answer": repr(30.0), "correct": True}),
         (
             "from fractions import Fraction\ndef solution():\n    return Fraction(7, 2)\n",
             3.5,
-            {"answer": 3.5, "correct": True},
+            {"answer": repr(3.5), "correct": True},
         ),
         (RAISING, 1, {"error": "ZeroDivisionError: division by zero (line 2)", "correct": False}),
         (LOOPING, 1, {"error": "timed out after 0.5s", "correct": False}),
@@ -279,7 +283,7 @@ def fast_gsm(monkeypatch: pytest.MonkeyPatch) -> None:
         (
             PROGRAM_30,
             "N/A",
-            {"answer": 30.0, "target_error": "cannot read target 'N/A' as a number"},
+            {"answer": repr(30.0), "target_error": "cannot read target 'N/A' as a number"},
         ),
     ],
 )
