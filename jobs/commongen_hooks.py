@@ -176,4 +176,4 @@ def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
 def check(fields: Mapping[str, Any], output: str) -> list[str]:
     """One action naming the missing concepts, or nothing when all are used."""
     gone = missing(_concepts(fields), output)
-    return [f"Use the missing concepts: {', '.join(gone)}."] if gone else []
+    return [f"These words are missing and must be added: {', '.join(gone)}."] if gone else []

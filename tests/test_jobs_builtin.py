@@ -367,7 +367,7 @@ def test_commongen_inflections(concept: str, sentence: str, used: bool) -> None:
             ["dog", "frisbee", "catch", "throw"],
             "A dog sleeps.",
             {"coverage": 0.25, "missing": ["frisbee", "catch", "throw"]},
-            ["Use the missing concepts: frisbee, catch, throw."],
+            ["These words are missing and must be added: frisbee, catch, throw."],
         ),
         ([], "Anything.", {"coverage": 1.0, "missing": []}, []),
     ],
