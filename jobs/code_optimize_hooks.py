@@ -8,12 +8,11 @@ the original program and the answer both run in the sandbox on it, and their out
 
 from __future__ import annotations
 
-import ast
 import functools
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.sandbox import SandboxResult, run_python
+from pipeline.sandbox import SandboxResult, run_python, syntax_problem
 
 TIMEOUT_S = 5.0
 MEMORY_MB = 512
@@ -25,17 +24,6 @@ _SHOWN_CHARS = 60
 def _run(program: str, stdin: str) -> SandboxResult:
     # evaluate and check ask for the same runs, and the original runs once per record.
     return run_python(program, stdin=stdin, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB)
-
-
-def syntax_problem(code: str) -> str | None:
-    """Why ``code`` does not parse ("line 3: invalid syntax"), or None when it does."""
-    try:
-        ast.parse(code)
-    except SyntaxError as err:
-        return f"line {err.lineno}: {err.msg}"
-    except (ValueError, MemoryError, RecursionError) as err:  # null bytes, absurd nesting
-        return f"{type(err).__name__}: {err}"
-    return None
 
 
 def stdin_cases(fields: Mapping[str, Any]) -> list[str]:

@@ -12,16 +12,7 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
-
-def syntax_problem(code: str) -> str | None:
-    """Why ``code`` does not parse ("line 3: invalid syntax"), or None when it does."""
-    try:
-        ast.parse(code)
-    except SyntaxError as err:
-        return f"line {err.lineno}: {err.msg}"
-    except (ValueError, MemoryError, RecursionError) as err:  # null bytes, absurd nesting
-        return f"{type(err).__name__}: {err}"
-    return None
+from pipeline.sandbox import syntax_problem
 
 
 def _comment_lines(code: str) -> int:

@@ -370,9 +370,7 @@ def _parse_inputs(r: _Reader) -> tuple[InputField, ...]:
         join = spec.get("join", ", ")
         if not isinstance(join, str):
             raise JobError(r.source, f"{key}.join", "expected a string")
-        fields.append(
-            InputField(fname, ftype, required, str(spec.get("description", "")), join)
-        )
+        fields.append(InputField(fname, ftype, required, str(spec.get("description", "")), join))
     return tuple(fields)
 
 

@@ -27,6 +27,7 @@ Thread-safe: no global state; every call owns its directory, pipes and process.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import math
 import os
@@ -42,7 +43,7 @@ from typing import Final
 
 import orjson
 
-__all__ = ["MAX_OUTPUT_BYTES", "SandboxResult", "run_python"]
+__all__ = ["MAX_OUTPUT_BYTES", "SandboxResult", "run_python", "syntax_problem"]
 
 MAX_OUTPUT_BYTES: Final = 64 * 1024  # kept of stdout (and of stderr); the rest is dropped
 MAX_DRAIN_BYTES: Final = 8 * 1024 * 1024  # a program printing more than this is killed
@@ -357,3 +358,14 @@ def _kill_group(pgid: int) -> None:
     """SIGKILL a process group; gone already is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def syntax_problem(code: str) -> str | None:
+    """Why ``code`` does not parse ("line 3: invalid syntax"), or None when it does."""
+    try:
+        ast.parse(code)
+    except SyntaxError as err:
+        return f"line {err.lineno}: {err.msg}"
+    except (ValueError, MemoryError, RecursionError) as err:  # null bytes, absurd nesting
+        return f"{type(err).__name__}: {err}"
+    return None
