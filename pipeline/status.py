@@ -94,11 +94,16 @@ def collect(run_dir: Path) -> dict[str, Any]:
     with contextlib.suppress(OSError, orjson.JSONDecodeError):
         progress = orjson.loads(rd.progress_path.read_bytes())
     active = _active(rd)
+    state = manifest.get("state")
+    if active:
+        state = "running"
+    elif state == "running":
+        state = "stopped (killed; resumable)"  # the process died without updating the manifest
     return {
         "run_dir": str(rd.path),
         "job": manifest["job"]["name"],
         "model": manifest["model"],
-        "state": "running" if active else manifest.get("state"),
+        "state": state,
         "records": total,
         "done": counts["done"],
         "failed": counts["failed"],

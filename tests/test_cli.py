@@ -243,6 +243,8 @@ def test_lock_of_killed_process_is_taken_over(tmp_path: Path) -> None:
         proc.kill()
         proc.communicate()
         assert (run_dir / "lock").exists()
+        status = refine("status", str(run_dir))
+        assert "killed; resumable" in status.stdout
         again = refine(*args)
     assert again.returncode == 0, again.stderr
 
