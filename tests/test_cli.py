@@ -34,6 +34,11 @@ def start(*args: str, key: str = "sk-test") -> subprocess.Popen[str]:
     )
 
 
+def run_args(inp: Path, run_dir: Path, url: str, *extra: str) -> tuple[str, ...]:
+    """`refine run code-improve` arguments against the simulator at ``url``."""
+    return ("run", "code-improve", str(inp), "--out", str(run_dir), "--base-url", url, *extra)
+
+
 def wait_for_calls(run_dir: Path, n: int, proc: subprocess.Popen[str], limit_s: float = 30) -> None:
     """Wait until the run's checkpoint holds at least ``n`` completed calls."""
     deadline = time.monotonic() + limit_s
@@ -134,18 +139,7 @@ def test_graceful_signal_exits_130_and_resumes(tmp_path: Path, signum: int) -> N
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(40))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.05, p_done=0.2)) as sim:
-        args = (
-            "run",
-            "code-improve",
-            str(inp),
-            "--out",
-            str(run_dir),
-            "--base-url",
-            sim.url,
-            "--concurrency",
-            "4",
-            "--quiet",
-        )
+        args = run_args(inp, run_dir, sim.url, "--concurrency", "4", "--quiet")
         proc = start(*args)
         wait_for_calls(run_dir, 8, proc)
         proc.send_signal(signum)
@@ -166,19 +160,7 @@ def test_torn_files_repaired_on_resume(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(12))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.0, p_done=0.0)) as sim:
-        args = (
-            "run",
-            "code-improve",
-            str(inp),
-            "--out",
-            str(run_dir),
-            "--base-url",
-            sim.url,
-            "--max-iters",
-            "1",
-            "--concurrency",
-            "2",
-        )
+        args = run_args(inp, run_dir, sim.url, "--max-iters", "1", "--concurrency", "2")
         first = refine(*args, "--limit", "6")
         assert first.returncode == 0, first.stderr
         for name in ("checkpoint.jsonl", "outputs.jsonl"):
@@ -198,18 +180,7 @@ def test_second_launch_is_refused_while_first_runs(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(20))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.2)) as sim:
-        args = (
-            "run",
-            "code-improve",
-            str(inp),
-            "--out",
-            str(run_dir),
-            "--base-url",
-            sim.url,
-            "--concurrency",
-            "2",
-            "--quiet",
-        )
+        args = run_args(inp, run_dir, sim.url, "--concurrency", "2", "--quiet")
         proc = start(*args)
         wait_for_calls(run_dir, 1, proc)
         second = refine(*args)
@@ -226,18 +197,7 @@ def test_lock_of_killed_process_is_taken_over(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(6))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.2)) as sim:
-        args = (
-            "run",
-            "code-improve",
-            str(inp),
-            "--out",
-            str(run_dir),
-            "--base-url",
-            sim.url,
-            "--max-iters",
-            "0",
-            "--quiet",
-        )
+        args = run_args(inp, run_dir, sim.url, "--max-iters", "0", "--quiet")
         proc = start(*args)
         wait_for_calls(run_dir, 1, proc)
         proc.kill()
