@@ -148,7 +148,9 @@ def test_job_loads_with_its_contract(
         "evaluate" in hooks,
         "check" in hooks,
     )
-    assert job.retry_copy is (job.temperature == 0)  # greedy jobs retry a verbatim copy
+    # Greedy jobs retry a verbatim copy, and so does commongen, whose small-model
+    # refinements often hand the sentence back unchanged.
+    assert job.retry_copy is (job.temperature == 0 or job.name == "commongen")
     schema = job.feedback_schema
     assert schema["properties"][job.actions_field]["type"] == "array"
     assert schema["properties"][job.done_field]["type"] == "boolean"
