@@ -11,7 +11,16 @@ import anyio
 import orjson
 import pytest
 
-from pipeline import ConfigError, RunDirError, RunLocked, Settings, arun, load_job, run
+from pipeline import (
+    ConfigError,
+    RunDirError,
+    RunLocked,
+    RunSummary,
+    Settings,
+    arun,
+    load_job,
+    run,
+)
 from pipeline.loop import Completion
 from pipeline.rundir import RunDir
 from pipeline.status import collect
@@ -49,6 +58,11 @@ def settings(sim: Simulator, **kw: Any) -> Settings:
     return Settings(**base)
 
 
+def go(sim: Simulator, inp: Path, out: Path, **kw: Any) -> RunSummary:
+    """Run code-improve over ``inp`` into ``out`` against ``sim``; ``kw`` adjusts settings."""
+    return run("code-improve", inp, out, settings(sim, **kw), api_key="k", show_progress=False)
+
+
 def test_run_writes_one_output_and_trace_per_record(sim: Simulator, tmp_path: Path) -> None:
     """Every record ends as one output line with the contract's fields and one full trace."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(40))
@@ -76,14 +90,7 @@ def test_refine_prompts_carry_all_earlier_feedback(tmp_path: Path) -> None:
     """Each refine prompt holds every earlier answer and every earlier feedback's actions."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
     with Simulator(SimConfig(p_done=0.0)) as sim:
-        run(
-            "code-improve",
-            inp,
-            tmp_path / "run",
-            settings(sim, max_iters=3),
-            api_key="k",
-            show_progress=False,
-        )
+        go(sim, inp, tmp_path / "run", max_iters=3)
     checked = 0
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         steps = trace["steps"]
@@ -105,14 +112,7 @@ def test_refine_prompts_carry_all_earlier_feedback(tmp_path: Path) -> None:
 def test_max_iters_zero_is_generation_only(sim: Simulator, tmp_path: Path) -> None:
     """--max-iters 0 makes exactly one generate call per record and no feedback."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(12))
-    run(
-        "code-improve",
-        inp,
-        tmp_path / "run",
-        settings(sim, max_iters=0),
-        api_key="k",
-        show_progress=False,
-    )
+    go(sim, inp, tmp_path / "run", max_iters=0)
     outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
     assert {o["stop_reason"] for o in outs} == {"max_iters"}
     assert len(sim.completed_bodies()) == 12
@@ -137,23 +137,9 @@ def test_appended_records_are_the_only_new_work(sim: Simulator, tmp_path: Path) 
     """Appending records to the input and re-running processes only the new ones."""
     rows = [{"task": f"Write function {i}"} for i in range(6)]  # no id: content hashes
     inp = write_jsonl(tmp_path / "in.jsonl", rows)
-    run(
-        "code-improve",
-        inp,
-        tmp_path / "run",
-        settings(sim, max_iters=0),
-        api_key="k",
-        show_progress=False,
-    )
+    go(sim, inp, tmp_path / "run", max_iters=0)
     write_jsonl(inp, rows + [{"task": f"Write function {i}"} for i in range(6, 9)])
-    run(
-        "code-improve",
-        inp,
-        tmp_path / "run",
-        settings(sim, max_iters=0),
-        api_key="k",
-        show_progress=False,
-    )
+    go(sim, inp, tmp_path / "run", max_iters=0)
     outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
     assert len(outs) == 9 and len({o["id"] for o in outs}) == 9
     assert len(sim.requests) == 9
@@ -178,14 +164,7 @@ def test_interrupted_run_resumes_without_repeating_calls(tmp_path: Path) -> None
         anyio.run(interrupted)
         first = len(sim.completed_bodies())
         assert 0 < len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) < 30
-        summary = run(
-            "code-improve",
-            inp,
-            tmp_path / "run",
-            settings(sim, concurrency=8),
-            api_key="k",
-            show_progress=False,
-        )
+        summary = go(sim, inp, tmp_path / "run", concurrency=8)
         bodies = Counter(
             orjson.dumps(b["messages"], option=orjson.OPT_SORT_KEYS) for b in sim.completed_bodies()
         )
@@ -219,14 +198,7 @@ def test_different_settings_on_same_run_dir_are_refused(
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
     run("code-improve", inp, tmp_path / "run", settings(sim), api_key="k", show_progress=False)
     with pytest.raises(RunDirError, match=message):
-        run(
-            "code-improve",
-            inp,
-            tmp_path / "run",
-            settings(sim, **change),
-            api_key="k",
-            show_progress=False,
-        )
+        go(sim, inp, tmp_path / "run", **change)
 
 
 def test_different_job_or_input_is_refused(sim: Simulator, tmp_path: Path) -> None:
@@ -256,14 +228,7 @@ def test_bad_lines_reported_and_valid_records_processed(sim: Simulator, tmp_path
         b'{"id": "c", "task": 5}\n\n{"id": "a", "task": "t9"}\n'
         b'{"id": "d", "task": "\xff"}\n{"id": "e", "task": "t2"}\n'
     )
-    summary = run(
-        "code-improve",
-        inp,
-        tmp_path / "run",
-        settings(sim, max_iters=0),
-        api_key="k",
-        show_progress=False,
-    )
+    summary = go(sim, inp, tmp_path / "run", max_iters=0)
     assert summary.exit_code == 1
     errors = {e["line"]: e for e in read_jsonl(tmp_path / "run" / "errors.jsonl")}
     assert sorted(errors) == [2, 3, 4, 5, 7, 8]
@@ -272,14 +237,7 @@ def test_bad_lines_reported_and_valid_records_processed(sim: Simulator, tmp_path
     assert "UTF-8" in errors[8]["error"]
     assert {o["id"] for o in read_jsonl(tmp_path / "run" / "outputs.jsonl")} == {"a", "e"}
     # A rerun neither repeats the error lines nor the records.
-    run(
-        "code-improve",
-        inp,
-        tmp_path / "run",
-        settings(sim, max_iters=0),
-        api_key="k",
-        show_progress=False,
-    )
+    go(sim, inp, tmp_path / "run", max_iters=0)
     assert len(read_jsonl(tmp_path / "run" / "errors.jsonl")) == 6
 
 
@@ -306,14 +264,7 @@ def test_unknown_model_stops_run(tmp_path: Path) -> None:
     """An unknown model stops the run with a configuration exit status."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(50))
     with Simulator(SimConfig(models=("gpt-x",))) as sim:
-        summary = run(
-            "code-improve",
-            inp,
-            tmp_path / "run",
-            settings(sim, model="nope"),
-            api_key="k",
-            show_progress=False,
-        )
+        summary = go(sim, inp, tmp_path / "run", model="nope")
     assert summary.exit_code == 2
     assert "nope" in (summary.message or "")
 
@@ -355,14 +306,7 @@ def test_second_process_on_same_run_dir_is_refused(sim: Simulator, tmp_path: Pat
 def test_status_counts_a_finished_run(sim: Simulator, tmp_path: Path) -> None:
     """`status` reports done, failed, pending and tokens from the run directory."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
-    run(
-        "code-improve",
-        inp,
-        tmp_path / "run",
-        settings(sim, limit=6),
-        api_key="k",
-        show_progress=False,
-    )
+    go(sim, inp, tmp_path / "run", limit=6)
     info = collect(tmp_path / "run")
     assert (info["done"], info["failed"], info["pending"], info["records"]) == (6, 0, 0, 6)
     assert info["state"] == "finished"
@@ -418,14 +362,7 @@ def test_thousand_concurrent_http_loops(tmp_path: Path) -> None:
     """A thousand loops share the HTTP client against the simulator and all finish."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(1000))
     with Simulator(SimConfig(latency_s=0.5, p_done=1.0)) as sim:
-        summary = run(
-            "code-improve",
-            inp,
-            tmp_path / "run",
-            settings(sim, concurrency=1000, max_iters=1),
-            api_key="k",
-            show_progress=False,
-        )
+        summary = go(sim, inp, tmp_path / "run", concurrency=1000, max_iters=1)
         arrivals = sorted(r.t for r in sim.requests)
     assert summary.exit_code == 0
     assert len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) == 1000
@@ -437,23 +374,9 @@ def test_min_iters_forces_a_refinement(tmp_path: Path) -> None:
     """With a critic that always says done, --min-iters 1 still refines every record once."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(6))
     with Simulator(SimConfig(p_done=1.0)) as sim:
-        run(
-            "code-improve",
-            inp,
-            tmp_path / "run",
-            settings(sim, min_iters=1),
-            api_key="k",
-            show_progress=False,
-        )
+        go(sim, inp, tmp_path / "run", min_iters=1)
         with pytest.raises(ConfigError, match="min-iters"):
-            run(
-                "code-improve",
-                inp,
-                tmp_path / "bad",
-                settings(sim, min_iters=3),
-                api_key="k",
-                show_progress=False,
-            )
+            go(sim, inp, tmp_path / "bad", min_iters=3)
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         roles = [s["role"] for s in trace["steps"]]
         assert roles[:4] == ["generate", "feedback", "refine", "feedback"]
@@ -464,6 +387,12 @@ def test_pool_stops_producer_quietly_when_workers_fail(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(200))
     for attempt in range(10):
         with Simulator(SimConfig(api_key="sk-right")) as sim:
-            summary = run("code-improve", inp, tmp_path / f"run{attempt}",
-                          settings(sim, concurrency=1), api_key="sk-wrong", show_progress=False)
+            summary = run(
+                "code-improve",
+                inp,
+                tmp_path / f"run{attempt}",
+                settings(sim, concurrency=1),
+                api_key="sk-wrong",
+                show_progress=False,
+            )
         assert summary.exit_code == 3
