@@ -161,7 +161,7 @@ class Outcome:
 
     def output_line(self) -> dict[str, Any]:
         """The outputs.jsonl object: DESIGN.md's fields, plus per-iteration scores and metrics."""
-        answers = [s for s in self.steps if s.output is not None]
+        answers = _answers(self.steps)  # copies retried by the copy guard are not iterations
         metrics = [s.metrics for s in answers]
         chosen = next((s for s in answers if s.iteration == self.chosen_iteration), None)
         return {

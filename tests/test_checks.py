@@ -229,3 +229,20 @@ async def test_score_from_overrides_critic_arithmetic() -> None:
     assert outcome.steps[1].parsed is not None
     assert outcome.steps[1].parsed["score"] == 20.0
     assert outcome.score == 20.0
+
+
+@pytest.mark.anyio
+async def test_copy_step_is_not_an_iteration_in_outputs() -> None:
+    """Per-iteration scores and metrics skip the retried copy, so index t is iteration t."""
+    job = dataclasses.replace(
+        BASE,
+        retry_copy=True,
+        score_threshold=None,
+        evaluator=lambda fields, output: {"length": len(output)},
+    )
+    outcome, _ = await loop(
+        job, ["v0", critic(done=False, score=3), "v0", "v111", critic(done=True, score=8)]
+    )
+    line = outcome.output_line()
+    assert line["scores"] == [3.0, 8.0]
+    assert line["metrics_by_iteration"] == [{"length": 2}, {"length": 4}]
