@@ -194,12 +194,14 @@ def test_second_launch_is_refused_while_first_runs(tmp_path: Path) -> None:
 
 def test_lock_of_killed_process_is_taken_over(tmp_path: Path) -> None:
     """A RUN_DIR whose holder was SIGKILLed is usable at once by the next launch."""
-    inp = write_jsonl(tmp_path / "in.jsonl", tasks(6))
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.2)) as sim:
-        args = run_args(inp, run_dir, sim.url, "--max-iters", "0", "--quiet")
+        # One record at a time: the run lasts seconds, so the kill lands mid-run.
+        args = run_args(inp, run_dir, sim.url, "--max-iters", "0", "--concurrency", "1", "--quiet")
         proc = start(*args)
         wait_for_calls(run_dir, 1, proc)
+        assert proc.poll() is None, "the run must still be going when it is killed"
         proc.kill()
         proc.communicate()
         assert (run_dir / "lock").exists()
