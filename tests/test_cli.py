@@ -217,19 +217,17 @@ def test_resume_uses_manifest_settings(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     with Simulator(SimConfig(latency_s=0.0)) as sim:
         first = refine(
-            "run",
-            "code-improve",
-            str(inp),
-            "--out",
-            str(run_dir),
-            "--base-url",
-            sim.url,
-            "--model",
-            "sim-model",
-            "--max-iters",
-            "1",
-            "--limit",
-            "4",
+            *run_args(
+                inp,
+                str(run_dir),
+                sim.url,
+                "--model",
+                "sim-model",
+                "--max-iters",
+                "1",
+                "--limit",
+                "4",
+            )
         )
         assert first.returncode == 0, first.stderr
         # The manifest's limit was 4: resume keeps it, so raise it by running again first.
@@ -245,16 +243,7 @@ def test_exit_status_for_auth_failure(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(50))
     canary = "sk-canary-cli-4242"
     with Simulator(SimConfig(api_key="sk-right")) as sim:
-        out = refine(
-            "run",
-            "code-improve",
-            str(inp),
-            "--out",
-            str(tmp_path / "run"),
-            "--base-url",
-            sim.url,
-            key=canary,
-        )
+        out = refine(*run_args(inp, str(tmp_path / "run"), sim.url), key=canary)
     assert out.returncode == 3
     assert "401" in out.stderr
     assert canary not in out.stderr + out.stdout
@@ -266,17 +255,7 @@ def test_non_tty_progress_is_plain_log_lines(tmp_path: Path) -> None:
     """Without a terminal, progress is plain log lines (no bar control characters)."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(5))
     with Simulator(SimConfig(latency_s=0.0)) as sim:
-        out = refine(
-            "run",
-            "code-improve",
-            str(inp),
-            "--out",
-            str(tmp_path / "run"),
-            "--base-url",
-            sim.url,
-            "--max-iters",
-            "0",
-        )
+        out = refine(*run_args(inp, str(tmp_path / "run"), sim.url, "--max-iters", "0"))
     assert out.returncode == 0
     assert "\r" not in out.stderr
     assert "5/5 records (5 done, 0 failed" in out.stdout
@@ -286,17 +265,7 @@ def test_console_shows_no_http_library_chatter(tmp_path: Path) -> None:
     """The console carries refine's own lines only, not one line per HTTP request."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
     with Simulator(SimConfig(latency_s=0.0)) as sim:
-        out = refine(
-            "run",
-            "code-improve",
-            str(inp),
-            "--out",
-            str(tmp_path / "run"),
-            "--base-url",
-            sim.url,
-            "--max-iters",
-            "1",
-        )
+        out = refine(*run_args(inp, str(tmp_path / "run"), sim.url, "--max-iters", "1"))
     assert out.returncode == 0
     assert "HTTP Request" not in out.stderr
 
@@ -307,16 +276,7 @@ def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
     with Simulator(SimConfig(latency_s=0.0, p_done=0.2)) as sim:
         assert (
             refine(
-                "run",
-                "code-improve",
-                str(inp),
-                "--out",
-                str(tmp_path / "run"),
-                "--base-url",
-                sim.url,
-                "--max-iters",
-                "2",
-                "--quiet",
+                *run_args(inp, str(tmp_path / "run"), sim.url, "--max-iters", "2", "--quiet")
             ).returncode
             == 0
         )
