@@ -36,7 +36,7 @@ import orjson
 
 from .errors import ConfigError, StoreError
 from .rundir import RunDir, now_iso
-from .status import cost
+from .status import cost, input_lines
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -334,14 +334,6 @@ def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def _count_lines(path: Path) -> int | None:
-    try:
-        with path.open("rb") as fh:
-            return sum(1 for raw in fh if raw.strip())
-    except OSError:
-        return None
-
-
 class _Quality:
     """Per-iteration sums of the score and of every evaluator metric, over done records."""
 
@@ -465,7 +457,7 @@ def summarize(run_dir: Path, *, sample_size: int = SAMPLE_SIZE) -> RunReport:
     inp = manifest.get("input") or {}
     input_path = str(inp.get("path", "")) if isinstance(inp, dict) else ""
     records: int | None = None
-    lines = _count_lines(Path(input_path)) if input_path else None
+    lines = input_lines(Path(input_path)) if input_path else None
     if lines is not None:
         records = lines - bad_lines
         limit = (manifest.get("settings") or {}).get("limit")

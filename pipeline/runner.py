@@ -38,7 +38,7 @@ from .loop import ModelClient, Outcome, Step, refine_record
 from .outputs import Outputs
 from .pool import run_pool
 from .progress import Counters, Progress
-from .records import Record, fingerprint, read_records, same_input
+from .records import Record, count_lines, fingerprint, read_records, same_input
 from .rundir import RunDir, now_iso, write_json_atomic
 from .store import Journal
 
@@ -113,16 +113,6 @@ def _version() -> str:
         return metadata.version("refine")
     except metadata.PackageNotFoundError:
         return "0+unknown"
-
-
-def count_lines(path: Path) -> int:
-    """Non-blank lines of a file, counted in large blocks."""
-    n = 0
-    with path.open("rb") as fh:
-        for raw in fh:
-            if raw.strip():
-                n += 1
-    return n
 
 
 def _manifest(

@@ -11,9 +11,10 @@ from typing import Any
 import orjson
 
 from .errors import ConfigError
+from .records import count_lines
 from .rundir import RunDir
 
-__all__ = ["PRICES", "collect", "cost", "render"]
+__all__ = ["PRICES", "collect", "cost", "input_lines", "render"]
 
 # USD per million tokens (input, output) for common hosted models; others show no cost.
 PRICES: dict[str, tuple[float, float]] = {
@@ -48,10 +49,12 @@ def _active(rd: RunDir) -> bool:
     return False
 
 
-def _count_records(path: Path) -> int | None:
-    with contextlib.suppress(OSError), path.open("rb") as fh:
-        return sum(1 for raw in fh if raw.strip())
-    return None
+def input_lines(path: Path) -> int | None:
+    """Non-blank lines of a run's input, or None when it cannot be read any more."""
+    try:
+        return count_lines(path)
+    except OSError:
+        return None
 
 
 def collect(run_dir: Path) -> dict[str, Any]:
@@ -82,7 +85,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
     if errs.exists():
         with errs.open("rb") as fh:
             bad = sum(1 for raw in fh if raw.strip())
-    lines = _count_records(Path(manifest["input"]["path"]))
+    lines = input_lines(Path(manifest["input"]["path"]))
     limit = (manifest.get("settings") or {}).get("limit")
     total = None
     if lines is not None:
