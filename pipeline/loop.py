@@ -313,9 +313,13 @@ def _feedback_text(job: Job, step: Step) -> str:
     checked = [f["text"] for f in step.findings or () if f["source"] == "check"]
     if not checked:
         return critic
+    # The check findings come last, nearest the instruction that follows {{feedback}}: a
+    # small model heeds what it read last. Measured with the 1.5B local model on 20
+    # CommonGen-Hard sentences, one refinement: checks after the critic's notes raised
+    # coverage ~10 points more than the same findings placed before them.
     lines = ["Problems found by running automatic checks on the answer (fix these first):"]
     lines += [f"- {text}" for text in checked]
-    return "\n".join(lines) + "\n\n" + critic
+    return critic + "\n\n" + "\n".join(lines)
 
 
 def findings(

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from itertools import islice
 from pathlib import Path
@@ -204,7 +204,9 @@ async def arun(
                     "OPENAI_API_KEY is not set (or give --base-url for a server "
                     "that needs no key, or --local)"
                 )
-            manifest = _manifest(job, input_path, settings, model_id, base_url, max_iters)
+            # the structured level actually tried first (json_object for a local server)
+            shown = replace(settings, structured=structured)
+            manifest = _manifest(job, input_path, shown, model_id, base_url, max_iters)
             old = rd.read_manifest()
             if old is not None:
                 rd.check_same(old, manifest)

@@ -11,8 +11,9 @@ answer), on the first N records of ../shared/data, with a local model, three way
 The table is the carried-forward mean by iteration (each record contributes its latest
 answer at or before iteration t), as `refine report` computes it.
 
-Usage: scripts/quality.py [--model qwen2.5-coder-1.5b] [--records 20] [--max-iters 1]
-                          [--tasks commongen,gsm] [--out docs/quality.md]
+Usage: scripts/quality.py [--model qwen2.5-coder-1.5b] [--records 20] [--skip 0]
+                          [--max-iters 1] [--tasks commongen,gsm] [--conditions abc]
+                          [--out docs/quality.md]
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ CONDITIONS = {
 }
 
 
-def first_records(source: Path, n: int, dest: Path) -> Path:
-    lines = [line for line in source.read_text().splitlines() if line.strip()][:n]
+def first_records(source: Path, n: int, dest: Path, skip: int = 0) -> Path:
+    lines = [line for line in source.read_text().splitlines() if line.strip()][skip : skip + n]
     dest.write_text("\n".join(lines) + "\n")
     return dest
 
@@ -86,6 +87,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--records", type=int, default=20)
+    parser.add_argument(
+        "--skip", type=int, default=0, help="start after this many records (a held-out slice)"
+    )
     parser.add_argument("--max-iters", type=int, default=1)
     parser.add_argument("--tasks", default="commongen,gsm")
     parser.add_argument("--conditions", default="abc")
@@ -96,11 +100,14 @@ def main() -> None:
     sections = []
     for task in args.tasks.split(","):
         source, metric, label = TASKS[task]
-        inp = first_records(DATA / source, args.records, args.work / f"{task}-input.jsonl")
+        tag = f"-from{args.skip}" if args.skip else ""
+        inp = first_records(
+            DATA / source, args.records, args.work / f"{task}{tag}-input.jsonl", args.skip
+        )
         runs: dict[str, Path] = {}
         for cond in args.conditions:
             _, extra = CONDITIONS[cond]
-            out = args.work / f"{task}-{cond}-{args.model}-{args.max_iters}"
+            out = args.work / f"{task}{tag}-{cond}-{args.model}-{args.max_iters}"
             settings = Settings(
                 local=True, local_model=args.model, max_iters=args.max_iters, concurrency=4, **extra
             )  # type: ignore[arg-type]
@@ -117,8 +124,13 @@ def main() -> None:
     text = (
         "# Verified feedback: critic only vs critic plus check\n\n"
         f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')} "
-        f"with the local model `{args.model}` on the first {args.records} records of each "
-        "data set, at most "
+        f"with the local model `{args.model}` on the "
+        + (
+            f"{args.records} records after the first {args.skip}"
+            if args.skip
+            else f"first {args.records} records"
+        )
+        + " of each data set, at most "
         f"{args.max_iters} refinement(s). Each cell: mean (records with a value).\n\n"
         + "\n".join(sections)
     )

@@ -87,6 +87,8 @@ async def test_check_vetoes_done_and_reaches_refine_prompt() -> None:
     refine_prompt = client.calls[2][0][-1]["content"]
     assert "Name the accumulator `total` (line 2)." in refine_prompt
     assert "add a docstring" in refine_prompt
+    # check findings come after the critic's notes, nearest the instruction
+    assert refine_prompt.index("Name the accumulator") > refine_prompt.index("add a docstring")
 
 
 @pytest.mark.anyio

