@@ -80,11 +80,8 @@ def collect(run_dir: Path) -> dict[str, Any]:
                 counts[line["status"]] = counts.get(line["status"], 0) + 1
                 for k in tokens:
                     tokens[k] += int((line.get("usage") or {}).get(k, 0))
-    bad = 0
     errs = rd.path / "errors.jsonl"
-    if errs.exists():
-        with errs.open("rb") as fh:
-            bad = sum(1 for raw in fh if raw.strip())
+    bad = count_lines(errs) if errs.exists() else 0
     lines = input_lines(Path(manifest["input"]["path"]))
     limit = (manifest.get("settings") or {}).get("limit")
     total = None
