@@ -302,7 +302,7 @@ def _field_text(value: Any, join: str = ", ") -> str:
     return orjson.dumps(value).decode()
 
 
-def _feedback_text(job: Job, step: Step) -> str:
+def feedback_text(job: Job, step: Step) -> str:
     critic = render_feedback(
         step.parsed,
         step.response,
@@ -314,9 +314,9 @@ def _feedback_text(job: Job, step: Step) -> str:
     if not checked:
         return critic
     # The check findings come last, nearest the instruction that follows {{feedback}}: a
-    # small model heeds what it read last. Measured with the 1.5B local model on 20
-    # CommonGen-Hard sentences, one refinement: checks after the critic's notes raised
-    # coverage ~10 points more than the same findings placed before them.
+    # small model heeds what it read last. scripts/refine_prompts.py, 1.5B local model,
+    # 20 CommonGen-Hard drafts, one refinement: +15.4 coverage points with the findings
+    # after the critic's notes, +12.5 with the same findings before them.
     lines = ["Problems found by running automatic checks on the answer (fix these first):"]
     lines += [f"- {text}" for text in checked]
     return critic + "\n\n" + "\n".join(lines)
@@ -341,7 +341,7 @@ def render_history(job: Job, steps: Sequence[Step], upto: int) -> str:
             continue
         parts.append(
             f"### Attempt {a.iteration}\n{a.output}\n\n"
-            f"### Feedback on attempt {a.iteration}\n{_feedback_text(job, feedback[a.iteration])}"
+            f"### Feedback on attempt {a.iteration}\n{feedback_text(job, feedback[a.iteration])}"
         )
     return "\n\n".join(parts) if parts else "(no earlier attempts)"
 
@@ -361,7 +361,7 @@ def build_messages(
             prompt = render(job.feedback_prompt, values)
         else:
             fb = next(s for s in steps if s.role == "feedback" and s.iteration == base)
-            values["feedback"] = _feedback_text(job, fb)
+            values["feedback"] = feedback_text(job, fb)
             values["history"] = render_history(job, steps, base)
             prompt = render(job.refine_prompt, values)
     messages = []
