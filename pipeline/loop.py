@@ -28,6 +28,7 @@ __all__ = [
     "Stop",
     "build_messages",
     "choose",
+    "feedback_text",
     "plan",
     "refine_record",
 ]
