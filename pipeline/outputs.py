@@ -2,7 +2,9 @@
 
 Each file is append-only and keyed (outputs and traces by record id, errors by
 input line), so a resumed run writes every key exactly once: on open the torn
-tail is repaired and the keys already present are read back.
+tail is repaired and the keys already present are read back. ``--retry-failed``
+is the one rewrite: the failed records' lines are dropped (traces first, so an
+interrupted rewrite leaves no output without its trace) and the records run again.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import IO, Any
 
 import orjson
 
+from .calls import Outcome
 from .errors import InputError, StoreError
-from .loop import Outcome
 from .store import repair_tail
 
 __all__ = ["RAW_LIMIT", "KeyedJsonl", "Outputs"]
@@ -71,8 +73,41 @@ class KeyedJsonl:
 
     def sync(self) -> None:
         """Make what was written durable."""
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as err:
+            raise StoreError(f"cannot write {self.path}: {err.strerror}") from err
+
+    def drop(self, keys: set[Any]) -> int:
+        """Rewrite the file without the lines of ``keys``; return how many were dropped."""
+        if not keys & self.keys:
+            return 0
+        tmp = self.path.with_name(f".{self.path.name}.rewrite")
+        dropped = 0
+        try:
+            self._fh.close()
+            with self.path.open("rb") as src, tmp.open("wb") as dst:
+                for raw in src:
+                    try:
+                        obj = orjson.loads(raw)
+                        key = obj[self.key]
+                    except (orjson.JSONDecodeError, KeyError, TypeError):
+                        key = None
+                    if key in keys:
+                        dropped += 1
+                        if self.count is not None:
+                            self.counts[obj.get(self.count)] -= 1
+                        continue
+                    dst.write(raw)
+                dst.flush()
+                os.fsync(dst.fileno())
+            os.replace(tmp, self.path)
+            self._fh = self.path.open("ab")
+        except OSError as err:
+            raise StoreError(f"cannot rewrite {self.path}: {err.strerror}") from err
+        self.keys -= keys
+        return dropped
 
     def close(self) -> None:
         """Close the file (a failed final flush leaves a torn line, repaired on resume)."""
@@ -93,10 +128,30 @@ class Outputs:
         """Ids of records that already have their output line."""
         return self.outputs.keys
 
-    def finish(self, outcome: Outcome) -> None:
+    def finish(self, outcome: Outcome, cost_usd: float | None = None) -> None:
         """Write a finished record: its trace first, then its output line (which marks it done)."""
         self.traces.append(outcome.trace_line())
-        self.outputs.append(outcome.output_line())
+        self.outputs.append(outcome.output_line(cost_usd))
+
+    def failed_ids(self) -> set[str]:
+        """Ids of records whose output line says ``failed``."""
+        ids: set[str] = set()
+        if not self.outputs.counts.get("failed"):
+            return ids
+        with self.outputs.path.open("rb") as fh:
+            for raw in fh:
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict) and obj.get("status") == "failed":
+                    ids.add(str(obj["id"]))
+        return ids
+
+    def reopen(self, ids: set[str]) -> None:
+        """Take finished records back to run again: their traces, then their output lines."""
+        self.traces.drop(ids)
+        self.outputs.drop(ids)
 
     def bad_line(self, err: InputError) -> bool:
         """Record an input line that could not become a record (once per line)."""

@@ -20,7 +20,7 @@ log = logging.getLogger("refine")
 class Counters:
     """Live figures of a run, shared by the pool, the progress display and ``status``."""
 
-    total: int | None = None  # records this run will end with (when known)
+    lines: int | None = None  # input lines this run covers (up to --limit), once counted
     already: int = 0  # records finished by an earlier invocation
     done: int = 0
     failed: int = 0
@@ -31,7 +31,17 @@ class Counters:
     rate_limited: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    spent_usd: float | None = 0.0  # dollars spent by the run so far (None: a price is unknown)
     started: float = field(default_factory=time.monotonic)
+
+    @property
+    def total(self) -> int | None:
+        """Records this run ends with, once the input is counted: its lines less the bad ones."""
+        return None if self.lines is None else self.lines - self.bad_lines
+
+    def cost_text(self) -> str:
+        """Dollars spent so far, for people."""
+        return "cost unknown" if self.spent_usd is None else f"${self.spent_usd:.4f}"
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able copy for ``progress.json``."""
@@ -48,6 +58,7 @@ class Counters:
             "rate_limited": self.rate_limited,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "spent_usd": self.spent_usd,
             "elapsed_s": round(elapsed, 1),
             "calls_per_s": round(self.calls / elapsed, 2) if elapsed > 0 else 0.0,
         }
@@ -60,7 +71,7 @@ class Counters:
             f"{self.already + self.done + self.failed}{of} records "
             f"({self.done} done, {self.failed} failed, {self.in_flight} in flight), "
             f"{self.calls} calls, {self.prompt_tokens + self.completion_tokens} tokens, "
-            f"{s['calls_per_s']} calls/s"
+            f"{self.cost_text()}, {s['calls_per_s']} calls/s"
         )
 
 
@@ -105,7 +116,7 @@ class Progress:
             self._bar.set_postfix_str(
                 f"done={self.c.done} failed={self.c.failed} calls={self.c.calls} "
                 f"tok={self.c.prompt_tokens + self.c.completion_tokens} "
-                f"{s['calls_per_s']}call/s",
+                f"{self.c.cost_text()} {s['calls_per_s']}call/s",
                 refresh=False,
             )
             self._bar.refresh()

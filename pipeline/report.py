@@ -35,8 +35,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import orjson
 
 from .errors import ConfigError, StoreError
-from .rundir import RunDir, now_iso
-from .status import cost, input_lines
+from .manifest import now_iso
+from .prices import PriceBook
+from .rundir import RunDir
+from .tally import tally_outputs
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -410,9 +412,7 @@ def _grow_counts(counts: list[int], size: int) -> None:
 def summarize(run_dir: Path, *, sample_size: int = SAMPLE_SIZE) -> RunReport:
     """Read a run directory once and compute every figure of its report."""
     rd = RunDir(Path(run_dir))
-    manifest = rd.read_manifest()
-    if manifest is None:
-        raise ConfigError(f"{run_dir} holds no run (no manifest.json)")
+    manifest = rd.require_manifest()
     skipped = _Skipped()
 
     statuses: Counter[str] = Counter()
@@ -453,36 +453,26 @@ def summarize(run_dir: Path, *, sample_size: int = SAMPLE_SIZE) -> RunReport:
             if _int(step.get("attempts"), 1) > 1:
                 retried[role] += 1
 
-    bad_lines = sum(1 for _ in _objects(rd.path / "errors.jsonl", skipped))
-    inp = manifest.get("input") or {}
-    input_path = str(inp.get("path", "")) if isinstance(inp, dict) else ""
-    records: int | None = None
-    lines = input_lines(Path(input_path)) if input_path else None
-    if lines is not None:
-        records = lines - bad_lines
-        limit = (manifest.get("settings") or {}).get("limit")
-        if isinstance(limit, int):
-            records = min(records, limit)
-    job = manifest.get("job") or {}
-    model = str(manifest.get("model", ""))
+    expected = rd.expected(manifest)
     order = sorted(latency, key=lambda r: (ROLES.index(r) if r in ROLES else len(ROLES), r))
-    max_iters = manifest.get("max_iters")
+    model_for = {"generate": manifest.model, "refine": manifest.model, "feedback": manifest.critic}
+    spent = tally_outputs(rd.outputs_path, PriceBook(), model_for).cost_usd
     return RunReport(
         run_dir=rd.path,
-        job=str(job.get("name", "")) if isinstance(job, dict) else "",
-        model=model,
-        state=str(manifest.get("state", "unknown")),
-        input_path=input_path,
-        max_iters=max_iters if isinstance(max_iters, int) else None,
-        created_at=manifest.get("created_at"),
-        updated_at=manifest.get("updated_at"),
-        records=records,
+        job=manifest.job.name,
+        model=manifest.model,
+        state=manifest.state,
+        input_path=manifest.input.path,
+        max_iters=manifest.settings.max_iters,
+        created_at=manifest.created_at,
+        updated_at=manifest.updated_at,
+        records=expected.records,
         statuses=dict(statuses),
-        bad_lines=bad_lines,
+        bad_lines=expected.bad_lines,
         prompt_tokens=usage["prompt_tokens"],
         completion_tokens=usage["completion_tokens"],
         calls=usage["calls"],
-        cost_usd=cost(model, usage["prompt_tokens"], usage["completion_tokens"]),
+        cost_usd=None if spent is None else round(spent, 6),
         rows=len(quality.reached),
         reached_records=tuple(quality.reached),
         measures=quality.measures(),

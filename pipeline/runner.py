@@ -1,31 +1,34 @@
-"""Running a job over an input file into a run directory: ``pipeline.run`` and ``refine resume``.
+"""Running a job over an input into a run directory: ``pipeline.run``, ``arun`` and ``resume``.
 
-Data flows one way: the reader streams records (bad lines to errors.jsonl) into
-the pool; each record's loop asks the client for every call and hands each
-completed call to the journal before its next step; a finished record goes to
-outputs.jsonl and traces.jsonl. Resume is the journal replaying its steps.
+Data flows one way: the reader streams records (bad lines to errors.jsonl) to a driver
+that runs each record's loop; every completed call goes to the journal before the loop
+moves on; a finished record goes to outputs.jsonl and traces.jsonl. Resume is the
+journal replaying its steps. The driver is the worker pool here (real-time calls); the
+Batch API and Ray drivers run the same loop over the same ``Session``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field, replace
-from importlib import metadata
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from anyio.abc import ObjectSendStream
 
+from .budget import Budget
+from .calls import ModelClient, Outcome, Step
 from .client import OpenAIClient
 from .errors import (
     AuthError,
+    BudgetReached,
     ConfigError,
     FatalCallError,
     InputError,
@@ -34,19 +37,24 @@ from .errors import (
 )
 from .jobs import Job, load_job
 from .limits import Limiter
-from .loop import ModelClient, Outcome, Step, refine_record
+from .loop import Policy, refine_record
+from .manifest import InputInfo, JobInfo, Manifest, clean_url, refuse_different
 from .outputs import Outputs
 from .pool import run_pool
+from .prices import PriceBook, load_prices
 from .progress import Counters, Progress
 from .records import Record, count_lines, fingerprint, read_records, same_input
-from .rundir import RunDir, now_iso, write_json_atomic
+from .rundir import RunDir
+from .settings import Settings, resolve
+from .shards import shard_of
 from .store import Journal
+from .tally import tally
 
-__all__ = ["EXIT", "RunSummary", "Settings", "arun", "resume", "run"]
+__all__ = ["EXIT", "RunSummary", "Session", "Settings", "StopReason", "arun", "resume", "run"]
 
 log = logging.getLogger("refine")
 
-# Exit statuses (documented in the README).
+# Exit statuses (documented in the README and `refine --help`).
 EXIT = {
     "ok": 0,  # every input line became a record and every record is done
     "partial": 1,  # some records failed, or some input lines could not be read
@@ -54,35 +62,29 @@ EXIT = {
     "auth": 3,  # the endpoint refused the API key
     "store": 4,  # the run directory cannot be written (disk full, read-only)
     "unavailable": 5,  # the endpoint stayed down longer than --max-outage
+    "budget": 6,  # --budget reached; resumable with a larger budget
+    "detached": 75,  # --batch --detach: batches in flight; run the same command again
     "interrupted": 130,  # SIGINT/SIGTERM: stopped cleanly, resumable
 }
-DEFAULT_TIMEOUT_S = 60.0
-LOCAL_TIMEOUT_S = 900.0  # a local model on a few cores answers long prompts slowly
 READ_BATCH = 256
 PROGRESS_EVERY_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """How to run: everything but the job and the input."""
+class StopReason(enum.Enum):
+    """Why a run stopped before finishing its records, with the exit status it maps to."""
 
-    model: str = "gpt-4o-mini"
-    base_url: str | None = None
-    max_iters: int | None = None  # None: the job's default
-    min_iters: int = 0  # refinements before the critic's done (or a score) may stop a loop
-    checks: bool = True  # run the job's check hook on every answer
-    concurrency: int = 64
-    rpm: float | None = None
-    tpm: float | None = None
-    timeout: float | None = None  # None: 60 s, or 900 s for a local model
-    max_retries: int = 5
-    max_outage: float = 300.0  # seconds an endpoint may keep failing before the run stops
-    id_field: str = "id"
-    limit: int | None = None
-    local: bool = False
-    local_model: str | None = None
-    structured: str = "json_schema"  # first structured-output level to try
-    fsync: bool = True
+    AUTH = "auth"
+    UNAVAILABLE = "unavailable"
+    FATAL = "config"  # an error every record would hit (unknown model, wrong URL)
+    STORE = "store"
+    BUDGET = "budget"
+    DETACHED = "detached"
+    SIGNAL = "interrupted"
+
+    @property
+    def exit_code(self) -> int:
+        """The process exit status."""
+        return EXIT[self.value]
 
 
 @dataclass(slots=True)
@@ -94,292 +96,263 @@ class RunSummary:
     exit_code: int = 0
     state: str = "finished"
     message: str | None = None
-    outcome_counts: dict[str, int] = field(default_factory=dict)
 
 
-def _clean_url(url: str | None) -> str | None:
-    """A base URL fit for the manifest: credentials in it are dropped."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+@dataclass(slots=True)
+class Stopping:
+    """The first reason the run was told to stop, and the error that said so."""
+
+    reason: StopReason | None = None
+    error: BaseException | None = None
+
+    def set(self, reason: StopReason, error: BaseException) -> None:
+        """Record a reason to stop; the first one wins."""
+        if self.reason is None:
+            self.reason, self.error = reason, error
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the run has been told to stop."""
+        return self.reason is not None
 
 
-def _version() -> str:
-    try:
-        return metadata.version("refine")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
+def stop_reason_of(err: BaseException) -> StopReason:
+    """The stop reason an error that ends the run maps to."""
+    if isinstance(err, AuthError):
+        return StopReason.AUTH
+    if isinstance(err, UnavailableError):
+        return StopReason.UNAVAILABLE
+    if isinstance(err, StoreError):
+        return StopReason.STORE
+    if isinstance(err, BudgetReached):
+        return StopReason.BUDGET
+    return StopReason.FATAL
 
 
-def _manifest(
-    job: Job, input_path: Path, settings: Settings, model: str, base_url: str | None, max_iters: int
-) -> dict[str, Any]:
-    shown = {
-        k: v
-        for k, v in asdict(settings).items()
-        if k not in ("model", "base_url", "max_iters", "min_iters", "checks", "id_field")
-    }
-    return {
-        "package": "refine",
-        "version": _version(),
-        "job": {"name": job.name, "hash": job.content_hash, "source": job.source},
-        "model": model,
-        "base_url": _clean_url(base_url),
-        "max_iters": max_iters,
-        "min_iters": settings.min_iters,
-        "checks": settings.checks,
-        "id_field": settings.id_field,
-        "settings": shown,
-        "input": {"path": str(input_path.resolve()), "fingerprint": fingerprint(input_path)},
-    }
-
-
-@contextlib.asynccontextmanager
-async def _endpoint(
-    settings: Settings, run_dir: Path
-) -> AsyncIterator[tuple[str, str | None, int | None, str]]:
-    """(model name, base URL, parallel slots, structured level) to use; starts a local model."""
-    if not settings.local:
-        yield (
-            settings.model,
-            settings.base_url or os.environ.get("OPENAI_BASE_URL"),
-            None,
-            settings.structured,
+def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | None]:
+    """The run's final state, exit status and message."""
+    reason, err = stop.reason, stop.error
+    if reason is StopReason.SIGNAL:
+        return (
+            "interrupted",
+            reason.exit_code,
+            f"interrupted ({err}); every completed call is saved: "
+            "run the same command again, or `refine resume`, to continue",
         )
-        return
-    from .local import LocalModelError, LocalServer, resolve_model  # the optional extra
+    if reason is StopReason.BUDGET:
+        return "stopped", reason.exit_code, f"stopped: {err}"
+    if reason is StopReason.DETACHED:
+        return "waiting", reason.exit_code, str(err)
+    if reason is not None:
+        return "stopped", reason.exit_code, f"stopped: {err}"
+    if failed or bad:
+        return (
+            "finished",
+            EXIT["partial"],
+            f"finished with {failed} failed record(s) and {bad} unreadable input line(s) "
+            "(see outputs.jsonl and errors.jsonl; `--retry-failed` runs the failed ones again)",
+        )
+    return "finished", EXIT["ok"], None
 
-    try:
-        # Resolving may download and hash the model: keep the event loop free.
-        model = await anyio.to_thread.run_sync(resolve_model, settings.local_model)
-        server = LocalServer(model, log_dir=run_dir)
-        await server.__aenter__()
-    except LocalModelError as err:
-        raise ConfigError(str(err)) from err
-    try:
-        # llama.cpp's server takes json_object with a schema and refuses json_schema.
-        yield server.model, server.base_url, server.parallel, "json_object"
-    finally:
+
+class Models:
+    """The run's model clients: the generator's and, when it is another model, the critic's."""
+
+    __slots__ = ("critic", "generator", "owned")
+
+    def __init__(
+        self,
+        generator: ModelClient,
+        critic: ModelClient | None = None,
+        owned: tuple[OpenAIClient, ...] = (),
+    ) -> None:
+        self.generator = generator
+        self.critic = critic
+        self.owned = owned  # the clients this run opened (and closes)
+
+    def stats(self) -> tuple[int, int, int]:
+        """Calls, retries and 429s of the clients this run opened."""
+        return (
+            sum(c.calls for c in self.owned),
+            sum(c.retries for c in self.owned),
+            sum(c.limiter.rate_limited for c in self.owned),
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections of the clients this run opened."""
         with anyio.CancelScope(shield=True):
-            await server.__aexit__(None, None, None)
+            for c in self.owned:
+                await c.aclose()
 
 
-async def arun(
-    job: Job | str,
-    input_path: str | Path,
-    out_dir: str | Path,
-    settings: Settings | None = None,
-    *,
-    api_key: str | None = None,
-    client: ModelClient | None = None,
-    show_progress: bool = True,
-    install_signal_handlers: bool = False,
-) -> RunSummary:
-    """Run (or continue) ``job`` over ``input_path`` into ``out_dir``; async form of ``run``."""
-    settings = settings or Settings()
-    if isinstance(job, str):
-        job = load_job(job)
-    input_path = Path(input_path)
-    if not input_path.is_file():
-        raise ConfigError(f"input file not found: {input_path}")
-    if settings.concurrency < 1:
-        raise ConfigError("--concurrency must be >= 1")
-    max_iters = job.max_iters if settings.max_iters is None else settings.max_iters
-    if max_iters < 0:
-        raise ConfigError("--max-iters must be >= 0")
-    if not 0 <= settings.min_iters <= max_iters:
-        raise ConfigError(f"--min-iters must be between 0 and --max-iters ({max_iters})")
-    if api_key is None:
-        api_key = os.environ.get("OPENAI_API_KEY")
-    rd = RunDir(Path(out_dir))
-    with rd.lock():
-        async with _endpoint(settings, rd.path) as (model, base_url, parallel, structured):
-            model_id = model if not settings.local else f"local:{model}"
-            if client is None and not settings.local and not base_url and not api_key:
-                raise ConfigError(
-                    "OPENAI_API_KEY is not set (or give --base-url for a server "
-                    "that needs no key, or --local)"
-                )
-            # the structured level actually tried first (json_object for a local server)
-            shown = replace(settings, structured=structured)
-            manifest = _manifest(job, input_path, shown, model_id, base_url, max_iters)
-            old = rd.read_manifest()
-            if old is not None:
-                rd.check_same(old, manifest)
-                if not same_input(input_path, old["input"]["fingerprint"]):
-                    raise ConfigError(
-                        f"{input_path} is not the input of the run in {rd.path} "
-                        f"(that was {old['input']['path']}; only appending records is allowed)"
-                    )
-                manifest["input"]["fingerprint"] = old["input"]["fingerprint"]
-                manifest["created_at"] = old.get("created_at")
-                manifest["runs"] = int(old.get("runs", 0)) + 1
-            else:
-                manifest["created_at"] = now_iso()
-                manifest["runs"] = 1
-            manifest.update(updated_at=now_iso(), state="running", exit_code=None)
-            write_json_atomic(rd.manifest_path, manifest)
+@dataclass(frozen=True, slots=True)
+class _Endpoint:
+    """Where one side of the loop (generator or critic) is served."""
 
-            real_client: OpenAIClient | None = None
-            if client is None:
-                real_client = OpenAIClient(
-                    model=model,
-                    base_url=base_url,
-                    api_key=api_key,
-                    timeout=settings.timeout
-                    or (LOCAL_TIMEOUT_S if settings.local else DEFAULT_TIMEOUT_S),
-                    max_retries=settings.max_retries,
-                    limiter=Limiter(settings.rpm, settings.tpm),
-                    concurrency=settings.concurrency,
-                    structured=structured,
-                    max_in_flight=parallel,
-                    max_outage=settings.max_outage,
-                )
-                client = real_client
-            try:
-                summary = await _execute(
-                    job,
-                    input_path,
-                    rd,
-                    settings,
-                    max_iters,
-                    client,
-                    real_client,
-                    show_progress,
-                    install_signal_handlers,
-                )
-            finally:
-                if real_client is not None:
-                    with anyio.CancelScope(shield=True):
-                        await real_client.aclose()
-            manifest.update(updated_at=now_iso(), state=summary.state, exit_code=summary.exit_code)
-            with contextlib.suppress(StoreError):
-                write_json_atomic(rd.manifest_path, manifest)
-            return summary
+    model: str  # the name sent in requests
+    model_id: str  # the name recorded: ``local:NAME`` for the embedded model
+    urls: tuple[str, ...]
+    structured: str
+    slots: int | None  # requests the server computes at once (a local server), else None
 
 
-async def _execute(
-    job: Job,
-    input_path: Path,
-    rd: RunDir,
-    settings: Settings,
-    max_iters: int,
-    client: ModelClient,
-    real_client: OpenAIClient | None,
-    show_progress: bool,
-    install_signal_handlers: bool,
-) -> RunSummary:
-    def warn(message: str) -> None:
-        log.warning("%s", message)
+class Session:
+    """One invocation of a run: its files, counters, budget, stop state and record stream."""
 
-    outputs = Outputs(rd.path, warn)
-    outputs.sync()  # what the journal may drop below must be on disk first
-    journal = Journal(rd.checkpoint_path, fsync=settings.fsync)
-    prior = journal.load(outputs.finished, warn)
-    journal.open()
+    def __init__(
+        self,
+        job: Job,
+        input_path: Path,
+        rd: RunDir,
+        manifest: Manifest,
+        prices: PriceBook,
+        show_progress: bool,
+    ) -> None:
+        self.job = job
+        self.input_path = input_path
+        self.rd = rd
+        self.manifest = manifest
+        self.settings = manifest.settings
+        self.policy = Policy(
+            self.settings.max_iters or 0, self.settings.min_iters, self.settings.checks
+        )
+        self.prices = prices
+        self.model_for = {
+            "generate": manifest.model,
+            "refine": manifest.model,
+            "feedback": manifest.critic,
+        }
+        self.stop = Stopping()
+        self.outputs = Outputs(rd.path, log.warning)
+        self.outputs.sync()  # what the journal may drop below must be on disk first
+        self.journal = Journal(rd.checkpoint_path, fsync=self.settings.fsync)
+        done = self.outputs.finished - self._reopen_failed()
+        self.prior = self.journal.load(done, log.warning)
+        self.journal.open()
+        used = tally(rd.outputs_path, self.prior, prices, self.model_for)
+        self.budget = Budget(self.settings.budget, prices, spent=used.cost_usd or 0.0)
+        self.budget.unknown = used.cost_usd is None
+        self.counters = Counters(already=len(self.outputs.finished))
+        self.progress = Progress(self.counters, enabled=show_progress)
+        self._lines_seen = 0
 
-    counters = Counters(already=len(outputs.finished))
-    total = await anyio.to_thread.run_sync(count_lines, input_path)
-    counters.total = min(total, settings.limit) if settings.limit is not None else total
-    progress = Progress(counters, enabled=show_progress)
-    summary = RunSummary(rd.path, counters)
-    stop: dict[str, BaseException] = {}
+    def _reopen_failed(self) -> set[str]:
+        """With --retry-failed: take the failed records back (their journaled steps stay)."""
+        if not self.settings.retry_failed:
+            return set()
+        ids = self.outputs.failed_ids()
+        if ids:
+            self.outputs.reopen(ids)
+            log.info("retrying %d failed record(s) from their last completed call", len(ids))
+        return ids
 
-    async def produce(send: ObjectSendStream[Record]) -> None:
-        items = read_records(input_path, job.inputs, settings.id_field)
-        seen_records = 0
-        while settings.limit is None or seen_records < settings.limit:
+    def sink(self) -> _CountingSink:
+        """Where loops save their steps."""
+        return _CountingSink(self.journal, self.counters)
+
+    def take_prior(self, record_id: str) -> list[Step]:
+        """The journaled steps of a record (given once: the loop owns them after)."""
+        return self.prior.pop(record_id, [])
+
+    def finish(self, outcome: Outcome) -> None:
+        """Write a finished record and count it."""
+        cost = self.prices.steps_cost(outcome.steps, self.model_for)
+        self.outputs.finish(outcome, cost)
+        if outcome.status == "done":
+            self.counters.done += 1
+        else:
+            self.counters.failed += 1
+            log.debug(
+                "record %s (line %d) failed: %s",
+                outcome.record.id,
+                outcome.record.line,
+                outcome.error,
+            )
+
+    async def records(self, send: Callable[[Record], Awaitable[None]]) -> None:
+        """Stream the records this invocation runs to ``send``; bad lines go to errors.jsonl.
+
+        Records already finished are skipped, as are records of other shards and lines
+        past ``--limit`` (which counts input lines, readable or not).
+        """
+        s = self.settings
+        items = read_records(self.input_path, self.job.inputs, s.id_field)
+        while not self.stop.stopping:
             batch: list[Record | InputError] = await anyio.to_thread.run_sync(
                 lambda: list(islice(items, READ_BATCH))
             )
             if not batch:
                 break
             for item in batch:
+                if s.limit is not None and self._lines_seen >= s.limit:
+                    return
+                self._lines_seen += 1
                 if isinstance(item, InputError):
-                    counters.bad_lines += 1
-                    if counters.total is not None:
-                        counters.total -= 1
-                    outputs.bad_line(item)
+                    self.counters.bad_lines += 1
+                    self.outputs.bad_line(item)
                     continue
-                seen_records += 1
-                if item.id not in outputs.finished:
-                    await send.send(item)
-                if settings.limit is not None and seen_records >= settings.limit:
-                    break
+                if s.shard is not None and shard_of(item.id, s.shard[1]) != s.shard[0]:
+                    continue
+                if item.id in self.outputs.finished:
+                    continue
+                await send(item)
+                if self.stop.stopping:
+                    return
 
-    sink = _CountingSink(journal, counters)
-
-    async def work(record: Record) -> None:
-        counters.in_flight += 1
-        replayed = prior.pop(record.id, [])
+    async def count_input(self) -> None:
+        """Set the progress total once the input is counted (runs beside the records)."""
         try:
-            outcome: Outcome = await refine_record(
-                record,
-                job,
-                client,
-                sink,
-                max_iters=max_iters,
-                min_iters=settings.min_iters,
-                checks=settings.checks,
-                prior=replayed,
-            )
-        finally:
-            counters.in_flight -= 1
-        outputs.finish(outcome)
-        if outcome.status == "done":
-            counters.done += 1
-        else:
-            counters.failed += 1
-            log.debug("record %s (line %d) failed: %s", record.id, record.line, outcome.error)
+            lines = await anyio.to_thread.run_sync(count_lines, self.input_path)
+        except (OSError, ConfigError) as err:
+            log.warning("cannot count the lines of %s: %s", self.input_path, err)
+            return
+        if self.settings.limit is not None:
+            lines = min(lines, self.settings.limit)
+        if self.settings.shard is None:
+            self.counters.lines = lines
 
-    async def main(scope: anyio.CancelScope) -> None:
-        try:
-            await run_pool(produce, work, settings.concurrency)
-        except* FatalCallError as group:
-            stop["fatal"] = group.exceptions[0]
-        except* StoreError as group:
-            stop["store"] = group.exceptions[0]
-        scope.cancel()
+    def publish(self, models: Models) -> None:
+        """Refresh the live figures: the progress display and progress.json."""
+        c = self.counters
+        c.calls, c.retries, c.rate_limited = models.stats()
+        c.spent_usd = self.budget.total()
+        self.progress.tick()
+        self.rd.write_progress({"pid": os.getpid(), "state": "running", **c.snapshot()})
 
-    async def report() -> None:
-        while True:
-            _sync_client_counters(counters, real_client)
-            progress.tick()
-            rd.write_progress({"pid": os.getpid(), "state": "running", **counters.snapshot()})
-            await anyio.sleep(PROGRESS_EVERY_S)
+    async def supervise(
+        self, models: Models, scope: anyio.CancelScope, install_signal_handlers: bool
+    ) -> None:
+        """Publish progress every second; with signal handlers, stop cleanly on SIGINT/SIGTERM."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.count_input)
+            if install_signal_handlers:
+                tg.start_soon(self._signals, scope)
+            while True:
+                self.publish(models)
+                await anyio.sleep(PROGRESS_EVERY_S)
 
-    async def signals(scope: anyio.CancelScope) -> None:
+    async def _signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
             async for signum in received:
-                stop["signal"] = KeyboardInterrupt(signal.Signals(signum).name)
+                self.stop.set(StopReason.SIGNAL, KeyboardInterrupt(signal.Signals(signum).name))
                 scope.cancel()
                 return
 
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(journal.run)
-            tg.start_soon(report)
-            if install_signal_handlers:
-                tg.start_soon(signals, tg.cancel_scope)
-            await main(tg.cancel_scope)
-    except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
-        stop.setdefault("signal", KeyboardInterrupt("SIGINT"))
-        raise
-    finally:
-        journal.close()
-        _sync_client_counters(counters, real_client)
-        progress.close()
-        with contextlib.suppress(OSError):
-            outputs.sync()
-        outputs.close()
-        summary.outcome_counts = dict(outputs.outputs.counts)
-        _conclude(summary, stop, outputs)
-        rd.write_progress({"pid": os.getpid(), "state": summary.state, **counters.snapshot()})
-    return summary
+    def close(self, models: Models) -> RunSummary:
+        """Flush and close the files; the summary of this invocation."""
+        self.journal.close()
+        c = self.counters
+        c.calls, c.retries, c.rate_limited = models.stats()
+        c.spent_usd = self.budget.total()
+        self.progress.close()
+        with contextlib.suppress(StoreError):
+            self.outputs.sync()
+        self.outputs.close()
+        failed = self.outputs.outputs.counts.get("failed", 0)
+        bad = len(self.outputs.errors.keys)
+        state, code, message = conclude(self.stop, failed, bad)
+        self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot()})
+        return RunSummary(self.rd.path, c, code, state, message)
 
 
 class _CountingSink:
@@ -397,47 +370,252 @@ class _CountingSink:
         self.counters.completion_tokens += step.usage.get("completion_tokens", 0)
 
 
-def _sync_client_counters(counters: Counters, client: OpenAIClient | None) -> None:
-    if client is not None:
-        counters.calls = client.calls
-        counters.retries = client.retries
-        counters.rate_limited = client.limiter.rate_limited
+async def run_realtime(session: Session, models: Models) -> None:
+    """The real-time driver: up to ``--concurrency`` records in flight through the pool."""
+
+    async def produce(send: ObjectSendStream[Record]) -> None:
+        await session.records(send.send)
+
+    async def work(record: Record) -> None:
+        session.counters.in_flight += 1
+        try:
+            outcome = await refine_record(
+                record,
+                session.job,
+                models.generator,
+                session.sink(),
+                session.policy,
+                critic=models.critic,
+                prior=session.take_prior(record.id),
+            )
+        except BudgetReached as err:
+            session.stop.set(StopReason.BUDGET, err)  # the record stays pending
+            return
+        finally:
+            session.counters.in_flight -= 1
+        session.finish(outcome)
+
+    try:
+        await run_pool(produce, work, session.settings.concurrency)
+    except* (FatalCallError, StoreError) as group:
+        err = group.exceptions[0]
+        session.stop.set(stop_reason_of(err), err)
 
 
-def _conclude(summary: RunSummary, stop: dict[str, BaseException], outputs: Outputs) -> None:
-    failed = outputs.outputs.counts.get("failed", 0)
-    bad = len(outputs.errors.keys)
-    if "fatal" in stop:
-        err = stop["fatal"]
-        summary.state = "stopped"
-        if isinstance(err, AuthError):
-            summary.exit_code = EXIT["auth"]
-        elif isinstance(err, UnavailableError):
-            summary.exit_code = EXIT["unavailable"]
+Driver = Callable[[Session, Models], Awaitable[None]]
+
+
+def _driver(settings: Settings) -> Driver:
+    if settings.batch:
+        raise ConfigError("--batch is not available in this version")
+    if settings.workers is not None:
+        raise ConfigError("--workers is not available in this version")
+    return run_realtime
+
+
+async def _execute(
+    session: Session, models: Models, driver: Driver, install_signal_handlers: bool
+) -> RunSummary:
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.journal.run)
+            tg.start_soon(session.supervise, models, tg.cancel_scope, install_signal_handlers)
+            await driver(session, models)
+            tg.cancel_scope.cancel()
+    except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
+        session.stop.set(StopReason.SIGNAL, KeyboardInterrupt("SIGINT"))
+        raise
+    finally:
+        summary = session.close(models)
+    return summary
+
+
+def _resolve_endpoint(settings: Settings) -> _Endpoint:
+    return _Endpoint(
+        settings.model, settings.model, settings.base_urls(), settings.structured, None
+    )
+
+
+@contextlib.asynccontextmanager
+async def _local_server(name: str | None, run_dir: Path) -> AsyncIterator[_Endpoint]:
+    from .local import LocalModelError, LocalServer, resolve_model
+
+    try:
+        # Resolving may download and hash the model: keep the event loop free.
+        model = await anyio.to_thread.run_sync(resolve_model, name)
+        server = LocalServer(model, log_dir=run_dir)
+        await server.__aenter__()
+    except LocalModelError as err:
+        raise ConfigError(str(err)) from err
+    try:
+        # llama.cpp's server takes json_object with a schema and refuses json_schema.
+        yield _Endpoint(
+            server.model,
+            f"local:{server.model}",
+            (server.base_url,),
+            "json_object",
+            server.parallel,
+        )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await server.__aexit__(None, None, None)
+
+
+@contextlib.asynccontextmanager
+async def _endpoints(
+    settings: Settings, run_dir: Path
+) -> AsyncIterator[tuple[_Endpoint, _Endpoint | None]]:
+    """Where the generator and the critic are served; starts local models as needed."""
+    async with contextlib.AsyncExitStack() as stack:
+        if settings.local:
+            generator = await stack.enter_async_context(
+                _local_server(settings.local_model, run_dir)
+            )
         else:
-            summary.exit_code = EXIT["config"]
-        summary.message = f"stopped: {err}"
-    elif "store" in stop:
-        summary.state = "stopped"
-        summary.exit_code = EXIT["store"]
-        summary.message = f"stopped: {stop['store']}"
-    elif "signal" in stop:
-        summary.state = "interrupted"
-        summary.exit_code = EXIT["interrupted"]
-        summary.message = (
-            f"interrupted ({stop['signal']}); every completed call is saved: "
-            "run the same command again, or `refine resume`, to continue"
-        )
-    elif failed or bad:
-        summary.state = "finished"
-        summary.exit_code = EXIT["partial"]
-        summary.message = (
-            f"finished with {failed} failed record(s) and {bad} unreadable "
-            "input line(s) (see outputs.jsonl and errors.jsonl)"
-        )
-    else:
-        summary.state = "finished"
-        summary.exit_code = EXIT["ok"]
+            generator = _resolve_endpoint(settings)
+        critic: _Endpoint | None = None
+        if settings.critic_is_local:
+            name = settings.critic_local_model
+            same = settings.local and (name is None or name == settings.local_model)
+            critic = (
+                generator if same else await stack.enter_async_context(_local_server(name, run_dir))
+            )
+        elif settings.feedback_model is not None:
+            urls = (
+                (settings.feedback_base_url,)
+                if settings.feedback_base_url
+                else (() if settings.local else generator.urls)
+            )
+            critic = _Endpoint(
+                settings.feedback_model, settings.feedback_model, urls, settings.structured, None
+            )
+        if critic is not None and critic.model_id == generator.model_id:
+            critic = None  # the critic is the generator
+        yield generator, critic
+
+
+def _open_client(
+    endpoint: _Endpoint, settings: Settings, api_key: str | None, budget: Budget
+) -> OpenAIClient:
+    return OpenAIClient(
+        model=endpoint.model,
+        base_url=endpoint.urls or None,
+        api_key=api_key,
+        timeout=settings.timeout or 0.0,
+        max_retries=settings.max_retries,
+        limiter=Limiter(settings.rpm, settings.tpm),
+        concurrency=settings.concurrency,
+        structured=endpoint.structured,
+        max_in_flight=endpoint.slots,
+        max_outage=settings.max_outage,
+        budget=budget,
+    )
+
+
+def _manifest(
+    job: Job,
+    input_path: Path,
+    settings: Settings,
+    generator: _Endpoint,
+    critic: _Endpoint | None,
+    input_fingerprint: dict[str, Any],
+) -> Manifest:
+    return Manifest(
+        job=JobInfo(job.name, job.content_hash, job.source),
+        input=InputInfo(str(input_path.resolve()), input_fingerprint),
+        model=generator.model_id,
+        feedback_model=None if critic is None else critic.model_id,
+        base_url=clean_url(generator.urls[0]) if generator.urls else None,
+        # the structured level actually tried first (json_object for a local server)
+        settings=replace(settings, structured=generator.structured),
+    )
+
+
+def _price_book(settings: Settings) -> PriceBook:
+    return PriceBook(load_prices(settings.prices) if settings.prices else None)
+
+
+def _check_budget(prices: PriceBook, generator: _Endpoint, critic: _Endpoint | None) -> None:
+    for side in (generator, critic):
+        if side is not None and not prices.known(side.model_id):
+            raise ConfigError(
+                f"--budget needs the price of {side.model_id!r}, which is not in the "
+                "built-in table: give it with --prices FILE (JSON or TOML: model -> "
+                "{input, output} dollars per million tokens)"
+            )
+
+
+async def arun(
+    job: Job | str,
+    input_path: str | Path,
+    out_dir: str | Path,
+    settings: Settings | None = None,
+    *,
+    api_key: str | None = None,
+    client: ModelClient | None = None,
+    critic: ModelClient | None = None,
+    show_progress: bool = True,
+    install_signal_handlers: bool = False,
+) -> RunSummary:
+    """Run (or continue) ``job`` over ``input_path`` into ``out_dir``; async form of ``run``.
+
+    ``client`` (and ``critic``) replace the OpenAI clients, for tests and embedding.
+    """
+    job = load_job(job) if isinstance(job, str) else job
+    input_path = Path(input_path)
+    if not input_path.is_file():
+        raise ConfigError(f"input file not found: {input_path}")
+    settings = resolve(settings or Settings(), job.max_iters)
+    if api_key is None:
+        api_key = os.environ.get("OPENAI_API_KEY")
+    prices = _price_book(settings)
+    rd = RunDir(Path(out_dir))
+    with rd.lock():
+        async with _endpoints(settings, rd.path) as (generator, critic_side):
+            needs_key = client is None and not settings.local and not generator.urls
+            if needs_key and not api_key:
+                raise ConfigError(
+                    "OPENAI_API_KEY is not set (or give --base-url for a server "
+                    "that needs no key, or --local)"
+                )
+            if settings.budget is not None:
+                _check_budget(prices, generator, critic_side)
+            manifest = _manifest(
+                job, input_path, settings, generator, critic_side, fingerprint(input_path)
+            )
+            old = rd.read_manifest()
+            if old is not None:
+                refuse_different(old, manifest, str(rd.path))
+                if not same_input(input_path, old.input.fingerprint):
+                    raise ConfigError(
+                        f"{input_path} is not the input of the run in {rd.path} "
+                        f"(that was {old.input.path}; only appending records is allowed)"
+                    )
+                manifest = old.continued_by(replace(manifest, input=old.input))
+            rd.write_manifest(manifest)
+            session = Session(job, input_path, rd, manifest, prices, show_progress)
+            owned: list[OpenAIClient] = []
+            gen_client = client
+            if gen_client is None:
+                gen_client = _open_client(generator, settings, api_key, session.budget)
+                owned.append(gen_client)
+            critic_client = critic
+            if critic_client is None and critic_side is not None:
+                if critic_side is generator and isinstance(gen_client, OpenAIClient):
+                    critic_client = gen_client
+                else:
+                    critic_client = _open_client(critic_side, settings, api_key, session.budget)
+                    owned.append(critic_client)
+            models = Models(gen_client, critic_client, tuple(owned))
+            try:
+                summary = await _execute(
+                    session, models, _driver(settings), install_signal_handlers
+                )
+            finally:
+                await models.aclose()
+            with contextlib.suppress(StoreError):
+                rd.write_manifest(manifest.finished(summary.state, summary.exit_code))
+            return summary
 
 
 def run(
@@ -451,31 +629,18 @@ def run(
     return anyio.run(lambda: arun(job, input_path, out_dir, settings, **kwargs))
 
 
-def settings_from_manifest(manifest: dict[str, Any]) -> Settings:
-    """The settings a run directory was last run with (for ``refine resume``)."""
-    stored = dict(manifest.get("settings", {}))
-    known = {f for f in Settings.__dataclass_fields__}
-    values = {k: v for k, v in stored.items() if k in known}
-    model = manifest["model"]
-    if values.get("local"):
-        model = Settings().model
-    return Settings(
-        model=model,
-        base_url=manifest.get("base_url") if not values.get("local") else None,
-        max_iters=manifest.get("max_iters"),
-        min_iters=manifest.get("min_iters", 0),
-        checks=manifest.get("checks", True),
-        id_field=manifest.get("id_field", "id"),
-        **values,
-    )
+def resume_args(run_dir: str | Path) -> tuple[str, Path, Settings]:
+    """The job, input and settings to continue the run in ``run_dir`` with."""
+    manifest = RunDir(Path(run_dir)).require_manifest()
+    return manifest.job.source, Path(manifest.input.path), manifest.settings
+
+
+async def aresume(run_dir: str | Path, **kwargs: Any) -> RunSummary:
+    """Continue the run in ``run_dir`` with the settings its manifest records (async)."""
+    job, input_path, settings = resume_args(run_dir)
+    return await arun(job, input_path, run_dir, settings, **kwargs)
 
 
 def resume(run_dir: str | Path, **kwargs: Any) -> RunSummary:
     """Continue the run in ``run_dir`` with the settings its manifest records."""
-    rd = RunDir(Path(run_dir))
-    manifest = rd.read_manifest()
-    if manifest is None:
-        raise ConfigError(f"{run_dir} holds no run (no manifest.json)")
-    settings = settings_from_manifest(manifest)
-    job_ref = manifest["job"]["source"]
-    return run(job_ref, manifest["input"]["path"], rd.path, settings, **kwargs)
+    return anyio.run(lambda: aresume(run_dir, **kwargs))

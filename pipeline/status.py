@@ -1,141 +1,105 @@
-"""``refine status``: what a run directory holds, readable while the run goes on."""
+"""``refine status``: what a run directory holds, readable while the run goes on.
+
+Finished records count from outputs.jsonl; records in flight or interrupted count from
+the checkpoint journal, so every completed call and its tokens and dollars are included.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from .errors import ConfigError
-from .records import count_lines
+from .manifest import Manifest
+from .prices import PriceBook, load_prices
 from .rundir import RunDir
+from .store import read_steps
+from .tally import tally_outputs
 
-__all__ = ["PRICES", "collect", "cost", "input_lines", "render"]
-
-# USD per million tokens (input, output) for common hosted models; others show no cost.
-PRICES: dict[str, tuple[float, float]] = {
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-4o": (2.50, 10.00),
-    "gpt-4.1": (2.00, 8.00),
-    "gpt-4.1-mini": (0.40, 1.60),
-    "gpt-4.1-nano": (0.10, 0.40),
-}
+__all__ = ["collect", "render"]
 
 
-def cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """Dollar cost of the tokens, when the model's price is known (local models cost 0)."""
-    if model.startswith("local:"):
-        return 0.0
-    price = PRICES.get(model)
-    if price is None:
-        return None
-    return round((prompt_tokens * price[0] + completion_tokens * price[1]) / 1e6, 6)
-
-
-def _active(rd: RunDir) -> bool:
-    lock = rd.path / "lock"
-    if not lock.exists():
-        return False
-    with lock.open("a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-    return False
-
-
-def input_lines(path: Path) -> int | None:
-    """Non-blank lines of a run's input, or None when it cannot be read any more."""
-    try:
-        return count_lines(path)
-    except OSError:
-        return None
+def _prices(manifest: Manifest) -> PriceBook:
+    path = manifest.settings.prices
+    if path and Path(path).is_file():
+        return PriceBook(load_prices(path))
+    return PriceBook()
 
 
 def collect(run_dir: Path) -> dict[str, Any]:
-    """Figures of a run: counts by status, tokens, cost, and live progress when running."""
+    """Figures of a run: counts by status, calls, tokens, cost, and live progress when running."""
     rd = RunDir(run_dir)
-    manifest = rd.read_manifest()
-    if manifest is None:
-        raise ConfigError(f"{run_dir} holds no run (no manifest.json)")
-    counts = {"done": 0, "failed": 0}
-    tokens = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
-    seen: set[str] = set()
-    out = rd.path / "outputs.jsonl"
-    if out.exists():
-        with out.open("rb") as fh:
-            for raw in fh:
-                try:
-                    line = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    continue  # a line being written right now
-                if line["id"] in seen:
-                    continue
-                seen.add(line["id"])
-                counts[line["status"]] = counts.get(line["status"], 0) + 1
-                for k in tokens:
-                    tokens[k] += int((line.get("usage") or {}).get(k, 0))
-    errs = rd.path / "errors.jsonl"
-    bad = count_lines(errs) if errs.exists() else 0
-    lines = input_lines(Path(manifest["input"]["path"]))
-    limit = (manifest.get("settings") or {}).get("limit")
-    total = None
-    if lines is not None:
-        total = lines - bad
-        if limit is not None:
-            total = min(total, limit)
-    finished = counts["done"] + counts["failed"]
-    progress = None
-    with contextlib.suppress(OSError, orjson.JSONDecodeError):
-        progress = orjson.loads(rd.progress_path.read_bytes())
-    active = _active(rd)
-    state = manifest.get("state")
+    manifest = rd.require_manifest()
+    prices = _prices(manifest)
+    model_for = {"generate": manifest.model, "refine": manifest.model, "feedback": manifest.critic}
+    t = tally_outputs(rd.outputs_path, prices, model_for)
+    unfinished, _, _ = read_steps(rd.checkpoint_path, t.finished_ids)
+    t.add_unfinished(unfinished, prices, model_for)
+    expected = rd.expected(manifest)
+    active = rd.is_locked()
+    progress = rd.read_progress() if active else None
+    state = manifest.state
     if active:
         state = "running"
     elif state == "running":
         state = "stopped (killed; resumable)"  # the process died without updating the manifest
+    finished = t.done + t.failed
+    total = expected.records
+    if total is None and manifest.settings.shard is not None and state == "finished":
+        total = finished  # a finished shard has read its whole share
     return {
         "run_dir": str(rd.path),
-        "job": manifest["job"]["name"],
-        "model": manifest["model"],
+        "job": manifest.job.name,
+        "model": manifest.model,
+        "feedback_model": manifest.feedback_model,
         "state": state,
         "records": total,
-        "done": counts["done"],
-        "failed": counts["failed"],
+        "input": expected.describe(),
+        "input_lines": expected.input_lines,
+        "limit": expected.limit,
+        "shard": None
+        if manifest.settings.shard is None
+        else "/".join(str(x) for x in manifest.settings.shard),
+        "done": t.done,
+        "failed": t.failed,
         "pending": None if total is None else max(0, total - finished),
-        "bad_lines": bad,
-        "in_flight": progress.get("in_flight") if active and progress else 0,
-        "calls": tokens["calls"],
-        "prompt_tokens": tokens["prompt_tokens"],
-        "completion_tokens": tokens["completion_tokens"],
-        "cost_usd": cost(manifest["model"], tokens["prompt_tokens"], tokens["completion_tokens"]),
-        "live": progress if active else None,
-        "updated_at": manifest.get("updated_at"),
+        "in_progress": t.in_progress,
+        "bad_lines": expected.bad_lines,
+        "in_flight": progress.get("in_flight", 0) if progress else 0,
+        "calls": t.calls,
+        "prompt_tokens": t.prompt_tokens,
+        "completion_tokens": t.completion_tokens,
+        "cost_usd": None if t.cost_usd is None else round(t.cost_usd, 6),
+        "budget_usd": manifest.settings.budget,
+        "live": progress,
+        "updated_at": manifest.updated_at,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 
 def render(info: dict[str, Any]) -> str:
     """Status as a few human lines."""
-    cost_text = (
-        "unknown (no price for this model)"
-        if info["cost_usd"] is None
-        else (f"${info['cost_usd']:.4f}")
-    )
+    if info["cost_usd"] is None:
+        cost_text = "unknown (no price for a model of this run; see --prices)"
+    else:
+        cost_text = f"${info['cost_usd']:.4f}"
+    if info["budget_usd"] is not None:
+        cost_text += f" of --budget ${info['budget_usd']:g}"
+    models = info["model"]
+    if info["feedback_model"]:
+        models += f" (critic: {info['feedback_model']})"
+    scope = info["input"] + (f", shard {info['shard']}" if info["shard"] else "")
+    records = "?" if info["records"] is None else str(info["records"])
     lines = [
         f"run:      {info['run_dir']} ({info['state']})",
-        f"job:      {info['job']}   model: {info['model']}",
+        f"job:      {info['job']}   model: {models}",
+        f"input:    {scope}; {info['bad_lines']} unreadable (errors.jsonl)",
         f"records:  {info['done']} done, {info['failed']} failed, {info['pending']} pending"
-        f" of {info['records']}"
+        f" of {records}"
+        + (f", {info['in_progress']} part-way" if info["in_progress"] else "")
         + (f", {info['in_flight']} in flight" if info["in_flight"] else ""),
-        f"input:    {info['bad_lines']} unreadable line(s) (errors.jsonl)",
         f"tokens:   {info['prompt_tokens']} prompt + {info['completion_tokens']} completion "
-        f"in {info['calls']} calls of finished records",
+        f"in {info['calls']} calls (checkpointed, in-flight records included)",
         f"cost:     {cost_text}",
     ]
     live = info.get("live")

@@ -3,8 +3,10 @@
 Every completed call is appended as one JSON line and made durable (written
 and fsynced) before its loop moves on. Calls finishing together share one
 write and one fsync (group commit), so durability costs one disk flush per
-batch, not per call. A kill can only tear the last line: ``open`` cuts it off
-and warns. The journal is the source of truth for resume.
+batch, not per call. A kill can only tear the last line: ``load`` cuts it off
+and warns. The journal is the source of truth for resume. Steps of records that ended
+``done`` are dropped when the journal is compacted; those of failed records are kept,
+so ``--retry-failed`` can resume them from their last completed call.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from typing import Any
 import anyio
 import orjson
 
+from .calls import Step
 from .errors import StoreError
-from .loop import Step
 
-__all__ = ["Journal", "repair_tail"]
+__all__ = ["Journal", "read_steps", "repair_tail"]
 
 # Rewrite the journal without finished records once they are most of it.
 COMPACT_RATIO = 0.5
@@ -30,6 +32,13 @@ COMPACT_MIN_BYTES = 1 << 20
 
 def repair_tail(path: Path, warn: Callable[[str], None]) -> None:
     """Cut a torn (unterminated) final line off a JSONL file, warning with its name."""
+    try:
+        _repair_tail(path, warn)
+    except OSError as err:
+        raise StoreError(f"cannot repair {path}: {err.strerror}") from err
+
+
+def _repair_tail(path: Path, warn: Callable[[str], None]) -> None:
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -72,28 +81,16 @@ class Journal:
         self._error: StoreError | None = None
         self.saved = 0
 
-    def load(self, finished: set[str], warn: Callable[[str], None]) -> dict[str, list[Step]]:
-        """Repair the tail, then return the steps of every record not yet finished."""
+    def load(self, done: set[str], warn: Callable[[str], None]) -> dict[str, list[Step]]:
+        """Repair the tail, then return the steps of every record not in ``done``."""
         repair_tail(self.path, warn)
-        steps: dict[str, list[Step]] = {}
-        total = kept = 0
-        if self.path.exists():
-            with self.path.open("rb") as fh:
-                for lineno, raw in enumerate(fh, start=1):
-                    total += 1
-                    try:
-                        entry = orjson.loads(raw)
-                        rid, index = entry["id"], int(entry["n"])
-                        if rid in finished:
-                            continue
-                        have = steps.setdefault(rid, [])
-                        if index == len(have):
-                            have.append(Step.from_dict(entry["step"]))
-                            kept += 1
-                    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-                        warn(f"{self.path}:{lineno}: unreadable checkpoint entry skipped ({err})")
-        if total and self.path.stat().st_size >= COMPACT_MIN_BYTES and kept < total * COMPACT_RATIO:
-            self._rewrite(steps)
+        try:
+            steps, total, kept = read_steps(self.path, done, warn)
+            big = total and self.path.stat().st_size >= COMPACT_MIN_BYTES
+            if big and kept < total * COMPACT_RATIO:
+                self._rewrite(steps)
+        except OSError as err:
+            raise StoreError(f"cannot read or compact {self.path}: {err.strerror}") from err
         return steps
 
     def _rewrite(self, steps: dict[str, list[Step]]) -> None:
@@ -168,6 +165,36 @@ class Journal:
             with contextlib.suppress(OSError):
                 self._fh.close()
             self._fh = None
+
+
+def read_steps(
+    path: Path, skip: set[str], warn: Callable[[str], None] | None = None
+) -> tuple[dict[str, list[Step]], int, int]:
+    """The journaled steps of every record not in ``skip``, with the entries read and kept.
+
+    Read-only (``refine status`` reads a journal a live run is appending to): an
+    unreadable entry, such as a line being written, is skipped.
+    """
+    steps: dict[str, list[Step]] = {}
+    total = kept = 0
+    if not path.exists():
+        return steps, total, kept
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            total += 1
+            try:
+                entry = orjson.loads(raw)
+                rid, index = entry["id"], int(entry["n"])
+                if rid in skip:
+                    continue
+                have = steps.setdefault(rid, [])
+                if index == len(have):
+                    have.append(Step.from_dict(entry["step"]))
+                    kept += 1
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+                if warn is not None:
+                    warn(f"{path}:{lineno}: unreadable checkpoint entry skipped ({err})")
+    return steps, total, kept
 
 
 def _lines(entries: Iterable[tuple[str, int, Step]]) -> list[bytes]:

@@ -32,10 +32,12 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipeline.calls import Step  # noqa: E402
 from pipeline.feedback import render_feedback  # noqa: E402
 from pipeline.jobs import Job, load_job  # noqa: E402
-from pipeline.loop import Step, build_messages, feedback_text  # noqa: E402
+from pipeline.loop import build_messages, feedback_text  # noqa: E402
 from pipeline.records import Record, read_records  # noqa: E402
+from pipeline.rundir import RunDir  # noqa: E402
 
 RUN_DIR = ROOT / "runs" / "quality" / "commongen-c-qwen2.5-coder-1.5b-1"
 PREVIOUS_REFINE = """Improve a sentence that must use every one of these words in a realistic \
@@ -122,10 +124,10 @@ VARIANTS: dict[str, Variant] = {
 
 
 def load_cases(run_dir: Path, job: Job, limit: int) -> list[Case]:
-    manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    manifest = RunDir(run_dir).require_manifest()
     records = {
         r.id: r
-        for r in read_records(Path(manifest["input"]["path"]), job.inputs, manifest["id_field"])
+        for r in read_records(Path(manifest.input.path), job.inputs, manifest.settings.id_field)
         if isinstance(r, Record)
     }
     cases: list[Case] = []

@@ -9,9 +9,11 @@ from typing import Any
 import orjson
 import pytest
 
+from pipeline.calls import Outcome
 from pipeline.jobs import Job, load_job
-from pipeline.loop import Completion, Outcome, Step, refine_record
+from pipeline.loop import Policy, refine_record
 from pipeline.records import Record
+from tests.fakes import RecordingSink, ScriptedClient
 
 RECORD = Record("r1", 1, {"id": "r1", "task": "sum a list"})
 
@@ -31,38 +33,9 @@ def critic(done: bool, action: str = "add a docstring", score: int = 5) -> str:
     ).decode()
 
 
-class Client:
-    """Scripted answers; records messages and temperatures of every call."""
-
-    def __init__(self, script: Sequence[str]) -> None:
-        self.script = list(script)
-        self.calls: list[tuple[list[dict[str, str]], float]] = []
-
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-    ) -> Completion:
-        self.calls.append(([dict(m) for m in messages], temperature))
-        return Completion(self.script.pop(0), 10, 5, 0.1, 1)
-
-
-class Sink:
-    """Keeps saved steps."""
-
-    def __init__(self) -> None:
-        self.steps: list[Step] = []
-
-    async def save(self, record_id: str, index: int, step: Step) -> None:
-        self.steps.append(step)
-
-
-async def loop(job: Job, script: Sequence[str], **kw: Any) -> tuple[Outcome, Client]:
-    client = Client(script)
-    outcome = await refine_record(RECORD, job, client, Sink(), max_iters=3, **kw)
+async def loop(job: Job, script: Sequence[str], **kw: Any) -> tuple[Outcome, ScriptedClient]:
+    client = ScriptedClient(script)
+    outcome = await refine_record(RECORD, job, client, RecordingSink(), Policy(3, **kw))
     assert client.script == []
     return outcome, client
 
@@ -165,8 +138,10 @@ async def test_resumed_copy_retry_keeps_its_temperature() -> None:
     """Resuming right after a copy step retries it at copy_temperature, not the base one."""
     job = dataclasses.replace(BASE, retry_copy=True, copy_temperature=1.3, score_threshold=None)
     first, _ = await loop(job, ["v0", critic(done=False), "v0", "v1", critic(done=True)])
-    client = Client(["v1", critic(done=True)])
-    resumed = await refine_record(RECORD, job, client, Sink(), max_iters=3, prior=first.steps[:3])
+    client = ScriptedClient(["v1", critic(done=True)])
+    resumed = await refine_record(
+        RECORD, job, client, RecordingSink(), Policy(3), prior=first.steps[:3]
+    )
     assert [c[1] for c in client.calls] == [1.3, 0.7]
     assert resumed.output_line() == first.output_line()
 
@@ -175,7 +150,7 @@ async def test_resumed_copy_retry_keeps_its_temperature() -> None:
 async def test_unscored_job_keeps_latest_answer_that_passes_checks() -> None:
     """Without scores the output is the latest answer whose checks pass, not a failing last."""
     job = dataclasses.replace(CHECKED, score_field=None)
-    client = Client(
+    client = ScriptedClient(
         [
             "x = 0",
             critic(done=False),
@@ -184,7 +159,7 @@ async def test_unscored_job_keeps_latest_answer_that_passes_checks() -> None:
             "y = 1",  # the last answer breaks the check again
         ]
     )
-    outcome = await refine_record(RECORD, job, client, Sink(), max_iters=2)
+    outcome = await refine_record(RECORD, job, client, RecordingSink(), Policy(2))
     assert outcome.stop_reason == "max_iters"
     assert outcome.output == "total = 0"
     assert outcome.chosen_iteration == 1
@@ -224,9 +199,9 @@ async def test_score_from_overrides_critic_arithmetic() -> None:
     job = load_job("dialogue")
     ratings = {f: 2 for f in job.score_from}
     answer = orjson.dumps({**ratings, "score": 30, "actions": ["be specific"], "done": False})
-    client = Client(["Hello there!", answer.decode(), "Hi!", answer.decode()])
+    client = ScriptedClient(["Hello there!", answer.decode(), "Hi!", answer.decode()])
     outcome = await refine_record(
-        Record("d", 1, {"context": "User: hi"}), job, client, Sink(), max_iters=1
+        Record("d", 1, {"context": "User: hi"}), job, client, RecordingSink(), Policy(1)
     )
     assert outcome.steps[1].parsed is not None
     assert outcome.steps[1].parsed["score"] == 20.0

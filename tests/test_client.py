@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.client import OpenAIClient, backoff_delay, classify_status, redact, retry_after
+from pipeline.client import OpenAIClient, redact
 from pipeline.errors import AuthError, CallError, FatalCallError, UnavailableError
 from pipeline.limits import Limiter
 from pipeline.testing.simulator import SimConfig, Simulator
@@ -37,58 +37,6 @@ def make_client(sim: Simulator, **kw: Any) -> OpenAIClient:
     )
     args.update(kw)
     return OpenAIClient(**args)
-
-
-@pytest.mark.parametrize(
-    ("attempt", "rand", "expected"),
-    [
-        (1, 0.0, 0.25),
-        (1, 1.0, 0.5),
-        (2, 1.0, 1.0),
-        (3, 0.5, 1.5),
-        (60, 1.0, 30.0),
-        (10**9, 1.0, 30.0),
-        (0, 1.0, 0.5),
-    ],
-)
-def test_backoff_delay_table(attempt: int, rand: float, expected: float) -> None:
-    """Backoff doubles per attempt, keeps half of it fixed, and is capped without overflow."""
-    assert backoff_delay(attempt, rand) == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(
-    ("headers", "expected"),
-    [
-        ({"retry-after-ms": "250"}, 0.25),
-        ({"retry-after": "3"}, 3.0),
-        ({"retry-after-ms": "x", "retry-after": "2"}, 2.0),
-        ({}, None),
-        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),
-    ],
-)
-def test_retry_after_table(headers: dict[str, str], expected: float | None) -> None:
-    """Retry-After is read from milliseconds, seconds or an HTTP date (past dates mean now)."""
-    assert retry_after(headers) == expected
-
-
-@pytest.mark.parametrize(
-    ("status", "kind"),
-    [
-        (408, "retry"),
-        (409, "retry"),
-        (429, "retry"),
-        (500, "retry"),
-        (503, "retry"),
-        (401, "auth"),
-        (403, "auth"),
-        (400, "record"),
-        (404, "record"),
-        (422, "record"),
-    ],
-)
-def test_classify_status(status: int, kind: str) -> None:
-    """Statuses map to retry, stop-the-run (auth) or fail-the-record."""
-    assert classify_status(status) == kind
 
 
 def test_redact_masks_secret() -> None:

@@ -9,12 +9,11 @@ from typing import Any
 import orjson
 import pytest
 
+from pipeline.calls import Completion, Outcome, Step
 from pipeline.errors import AuthError, CallError, FatalCallError
 from pipeline.jobs import InputField, Job, load_job
 from pipeline.loop import (
-    Completion,
-    Outcome,
-    Step,
+    Policy,
     Stop,
     build_messages,
     choose,
@@ -23,6 +22,7 @@ from pipeline.loop import (
     render_history,
 )
 from pipeline.records import Record
+from tests.fakes import RecordingSink, ScriptedClient
 
 SCORED = load_job("code-improve")  # scores its feedback; score_threshold 10
 UNSCORED = dataclasses.replace(SCORED, score_field=None, score_threshold=None)
@@ -124,6 +124,17 @@ PLAN_CASES = [
     ),
     pytest.param(
         [gen(), fb(0), ref(1), fb(1, done=True)], SCORED, 1, Stop("done"), id="done-at-max"
+    ),
+    # DESIGN's order: max_iters before no_change, for the last refinement made
+    pytest.param(
+        [gen(), fb(0), ref(1, "v0")], SCORED, 1, Stop("max_iters"), id="copy-at-max-is-max-iters"
+    ),
+    pytest.param(
+        [gen(), fb(0), ref(1, "v1"), fb(1), ref(2, "v1")],
+        UNSCORED,
+        2,
+        Stop("max_iters"),
+        id="unscored-copy-at-max-is-max-iters",
     ),
     # --max-iters 0: initial generation only, no feedback even for a scored job
     pytest.param([gen()], SCORED, 0, Stop("max_iters"), id="max-iters-0-scored"),
@@ -306,47 +317,6 @@ def feedback(score: int, *, done: bool = False, action: str = "do better") -> st
     ).decode()
 
 
-class FakeSink:
-    """Records every saved step with its index."""
-
-    def __init__(self) -> None:
-        self.saved: list[tuple[str, int, Step]] = []
-
-    async def save(self, record_id: str, index: int, step: Step) -> None:
-        self.saved.append((record_id, index, step))
-
-
-class FakeClient:
-    """Answers from a script (text or an exception to raise) and records every call."""
-
-    def __init__(self, script: Sequence[str | Exception], sink: FakeSink | None = None) -> None:
-        self.script = list(script)
-        self.sink = sink
-        self.messages: list[list[dict[str, str]]] = []
-        self.schemas: list[Mapping[str, Any] | None] = []
-        self.saved_at_call: list[int] = []  # steps the sink held when each call was made
-
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-    ) -> Completion:
-        assert self.script, "the loop made more calls than scripted"
-        self.messages.append([dict(m) for m in messages])
-        self.schemas.append(schema)
-        if self.sink is not None:
-            self.saved_at_call.append(len(self.sink.saved))
-        item = self.script.pop(0)
-        if isinstance(item, Exception):
-            raise item
-        return Completion(
-            text=item, prompt_tokens=100, completion_tokens=20, latency_s=0.5, attempts=1
-        )
-
-
 SCRIPT = [
     code("v0"),
     feedback(4),
@@ -360,16 +330,16 @@ SCRIPT = [
 
 
 async def run(
-    script: Sequence[str | Exception],
+    script: Sequence[str | Completion | Exception],
     *,
     job: Job = SCORED,
     max_iters: int = 3,
     prior: Sequence[Step] = (),
-) -> tuple[Outcome, FakeClient, FakeSink]:
+) -> tuple[Outcome, ScriptedClient, RecordingSink]:
     """refine_record over a scripted client; the outcome and both fakes."""
-    sink = FakeSink()
-    client = FakeClient(script, sink)
-    outcome = await refine_record(RECORD, job, client, sink, max_iters=max_iters, prior=prior)
+    sink = RecordingSink()
+    client = ScriptedClient(script, sink=sink)
+    outcome = await refine_record(RECORD, job, client, sink, Policy(max_iters), prior=prior)
     assert client.script == [], "the loop stopped before using every scripted answer"
     return outcome, client, sink
 
@@ -459,7 +429,13 @@ async def test_call_error_fails_the_record() -> None:
     assert outcome.error["type"] == "timeout"
     assert "read timed out after 60 s" in outcome.error["message"]
     assert "refine" in outcome.error["message"]
-    assert [s.role for s in outcome.steps] == ["generate", "feedback"]
+    # the failed call is the last step of the trace, with its error; it is not checkpointed
+    assert [s.role for s in outcome.steps] == ["generate", "feedback", "refine"]
+    failed = outcome.steps[-1]
+    assert failed.failed and failed.response is None and failed.output is None
+    assert failed.error == {"type": "timeout", "message": "read timed out after 60 s"}
+    assert (failed.iteration, failed.model) == (1, "fake-model")
+    assert outcome.usage()["calls"] == 2
     assert len(sink.saved) == 2
 
 
@@ -470,10 +446,10 @@ async def test_call_error_fails_the_record() -> None:
 )
 async def test_fatal_call_error_propagates(error: FatalCallError) -> None:
     """A FatalCallError is not turned into a failed record: it stops the run."""
-    sink = FakeSink()
-    client = FakeClient([code("v0"), error], sink)
+    sink = RecordingSink()
+    client = ScriptedClient([code("v0"), error], sink=sink)
     with pytest.raises(FatalCallError) as info:
-        await refine_record(RECORD, SCORED, client, sink, max_iters=3)
+        await refine_record(RECORD, SCORED, client, sink, Policy(3))
     assert info.value is error
     assert len(sink.saved) == 1
 
@@ -516,19 +492,8 @@ async def test_resume_of_a_finished_record_makes_no_call() -> None:
 @pytest.mark.anyio
 async def test_answer_cut_off_at_max_tokens_is_a_step_error() -> None:
     """finish_reason=length marks the step with a length error; the loop carries on."""
-
-    class Truncating(FakeClient):
-        async def complete(self, messages: Any, **kw: Any) -> Completion:
-            comp = await super().complete(messages, **kw)
-            return (
-                dataclasses.replace(comp, finish_reason="length")
-                if len(self.messages) == 1
-                else comp
-            )
-
-    sink = FakeSink()
-    client = Truncating([code("v0"), feedback(3, done=True)], sink)
-    outcome = await refine_record(RECORD, SCORED, client, sink, max_iters=3)
+    cut = Completion(code("v0"), 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
+    outcome, _, _ = await run([cut, feedback(3, done=True)])
     assert outcome.steps[0].error is not None and outcome.steps[0].error["type"] == "length"
     assert outcome.steps[1].error is None
     assert (outcome.status, outcome.stop_reason) == ("done", "done")
@@ -550,6 +515,15 @@ async def test_evaluator_metrics_are_kept_and_its_errors_recorded() -> None:
     assert answers[1].metrics == {"error": "ValueError: cannot score v1"}
     assert all(s.metrics is None for s in outcome.steps if s.role == "feedback")
     assert outcome.status == "done"
+
+
+def test_copy_after_a_deferred_done_stops_as_done() -> None:
+    """A copy of an answer the critic called done (deferred by --min-iters) stops as done."""
+    steps = [gen("draft"), fb(0, done=True), ref(1, "draft")]
+    assert plan(steps, SCORED, max_iters=3, min_iters=1) == Stop("done")
+    scored = [gen("draft"), fb(0, score=10), ref(1, "draft")]
+    assert plan(scored, SCORED, max_iters=3, min_iters=1) == Stop("score_threshold")
+    assert plan([gen("draft"), fb(0), ref(1, "draft")], SCORED, 3, 1) == Stop("no_change")
 
 
 def test_min_iters_overrides_early_done() -> None:

@@ -24,9 +24,9 @@ class _Clock:
 
 
 def test_terminal_gets_a_bar_with_records_calls_and_tokens() -> None:
-    """On a terminal the bar shows finished/total records, done, failed, calls and tokens."""
+    """On a terminal the bar shows finished/total records, done, failed, calls, tokens, cost."""
     stream = _Tty()
-    counters = Counters(total=10, already=2)
+    counters = Counters(lines=11, already=2, bad_lines=1, spent_usd=0.01234)
     progress = Progress(counters, stream=stream)
     counters.done, counters.failed, counters.calls = 3, 1, 9
     counters.prompt_tokens, counters.completion_tokens = 100, 20
@@ -35,12 +35,13 @@ def test_terminal_gets_a_bar_with_records_calls_and_tokens() -> None:
     text = stream.getvalue()
     assert "6/10" in text
     assert "done=3" in text and "failed=1" in text and "calls=9" in text and "tok=120" in text
+    assert "$0.0123" in text
 
 
 def test_pipe_gets_periodic_log_lines(caplog: pytest.LogCaptureFixture) -> None:
     """Without a terminal, one plain line is logged per interval and nothing in between."""
     clock = _Clock()
-    counters = Counters(total=5)
+    counters = Counters(lines=5, spent_usd=None)
     progress = Progress(counters, stream=io.StringIO(), interval_s=10, clock=clock)
     with caplog.at_level(logging.INFO, logger="refine"):
         progress.tick()
@@ -50,7 +51,9 @@ def test_pipe_gets_periodic_log_lines(caplog: pytest.LogCaptureFixture) -> None:
         clock.now = 10.0
         progress.tick()
     assert len(caplog.records) == 1
-    assert caplog.records[0].getMessage().startswith("2/5 records (2 done, 0 failed")
+    line = caplog.records[0].getMessage()
+    assert line.startswith("2/5 records (2 done, 0 failed")
+    assert "cost unknown" in line
 
 
 def test_disabled_progress_prints_nothing(caplog: pytest.LogCaptureFixture) -> None:

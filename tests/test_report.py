@@ -97,7 +97,7 @@ def make_run(
         "max_iters": 3,
         "min_iters": 0,
         "settings": {"limit": None},
-        "input": {"path": str(inp)},
+        "input": {"path": str(inp), "fingerprint": {"head_bytes": 0, "head_sha256": ""}},
         "created_at": "2025-01-01T00:00:00+00:00",
         "updated_at": "2025-01-01T00:05:00+00:00",
         "state": "finished",

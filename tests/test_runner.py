@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,10 @@ from pipeline import (
     load_job,
     run,
 )
-from pipeline.loop import Completion
 from pipeline.rundir import RunDir
 from pipeline.status import collect
 from pipeline.testing.simulator import SimConfig, Simulator
+from tests.fakes import ScriptedClient
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
 OUTPUT_FIELDS = {
@@ -37,10 +36,12 @@ OUTPUT_FIELDS = {
     "stop_reason",
     "score",
     "usage",
+    "cost_usd",
     "error",
 }
 STEP_FIELDS = {
     "role",
+    "model",
     "iteration",
     "messages",
     "response",
@@ -314,37 +315,10 @@ def test_status_counts_a_finished_run(sim: Simulator, tmp_path: Path) -> None:
     assert info["prompt_tokens"] == sum(o["usage"]["prompt_tokens"] for o in outs) > 0
 
 
-class _Gate:
-    """A fake client whose calls all wait until ``n`` of them are in flight at once."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.in_flight = 0
-        self.peak = 0
-        self.released = anyio.Event()
-
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-    ) -> Completion:
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        if self.in_flight >= self.n:
-            self.released.set()
-        with anyio.fail_after(20):
-            await self.released.wait()
-        self.in_flight -= 1
-        return Completion("def f():\n    return 1", 10, 5, 0.0, 1)
-
-
 def test_thousand_loops_in_flight(tmp_path: Path) -> None:
     """--concurrency 1000 keeps 1,000 loops in flight at once."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(1200))
-    gate = _Gate(1000)
+    gate = ScriptedClient(default="def f():\n    return 1", gate=1000)
     summary = run(
         "code-improve",
         inp,

@@ -1,0 +1,111 @@
+"""The structured-output ladder: how feedback JSON is asked for, and stepping down it.
+
+Endpoints differ: OpenAI takes ``response_format: json_schema``; llama.cpp-style servers
+take ``json_object`` with a ``schema``; others only plain text with the schema spelled out
+in the prompt. A refusal that names the format moves every later call of the run one level
+down at once. A bare 400 that names nothing might be our format or the request itself, so
+only that call goes one level down; after a few such calls succeed there, the whole pool
+follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+__all__ = ["FORMAT_VOTES", "LEVELS", "FormatLadder", "format_refused"]
+
+LEVELS = ("json_schema", "json_object", "text")
+_HINTS = ("response_format", "json", "schema", "grammar")
+# Calls that had to go one level down after a 400 naming nothing before the whole pool
+# goes down too.
+FORMAT_VOTES = 3
+
+
+def format_refused(status: int, message: str) -> bool:
+    """Whether an error answer says the server does not take our ``response_format``.
+
+    Most servers answer 400 or 422; llama-cpp-python's server answers 500 with a
+    validation error naming ``response_format``.
+    """
+    text = message.lower()
+    if status in (400, 422):
+        return any(h in text for h in _HINTS)
+    return status == 500 and "response_format" in text
+
+
+def _strict_ok(schema: Mapping[str, Any]) -> bool:
+    props = schema.get("properties", {})
+    required = set(schema.get("required", []))
+    return schema.get("additionalProperties") is False and required == set(props)
+
+
+def schema_instruction(schema: Mapping[str, Any]) -> str:
+    """The prompt suffix that spells the schema out for levels below ``json_schema``."""
+    return (
+        "\n\nAnswer with a single JSON object and nothing else. It must match this JSON Schema:\n"
+        "```json\n" + orjson.dumps(schema, option=orjson.OPT_INDENT_2).decode() + "\n```"
+    )
+
+
+class FormatLadder:
+    """The run's structured-output level, shared by every call."""
+
+    __slots__ = ("_votes", "level")
+
+    def __init__(self, start: str = "json_schema") -> None:
+        self.level = LEVELS.index(start)
+        self._votes = 0
+
+    @property
+    def name(self) -> str:
+        """The pool's current level."""
+        return LEVELS[self.level]
+
+    def request(
+        self, messages: Sequence[Mapping[str, str]], schema: Mapping[str, Any] | None, level: int
+    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """The messages to send and the extra body fields asking for ``schema`` at ``level``."""
+        sent = [dict(m) for m in messages]
+        extra: dict[str, Any] = {}
+        if schema is None:
+            return sent, extra
+        if LEVELS[level] == "json_schema":
+            extra["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "feedback",
+                    "schema": dict(schema),
+                    "strict": _strict_ok(schema),
+                },
+            }
+        else:
+            if LEVELS[level] == "json_object":
+                extra["response_format"] = {"type": "json_object", "schema": dict(schema)}
+            # json_object needs the word JSON in the prompt on some servers, and plain
+            # text needs the schema spelled out: both get the instruction.
+            sent[-1]["content"] = sent[-1]["content"] + schema_instruction(schema)
+        return sent, extra
+
+    def refused(self, status: int, message: str, level: int) -> int | None:
+        """The level this call should try next after an error answer, or None.
+
+        None means the error is not about the format (or there is no level left).
+        """
+        if level >= len(LEVELS) - 1:
+            return None
+        if format_refused(status, message):
+            self.level = max(self.level, level + 1)
+            return self.level
+        if status in (400, 422):
+            return level + 1
+        return None
+
+    def succeeded(self, level: int) -> None:
+        """A call succeeded at ``level``: below the pool's after a bare 400, that is a vote."""
+        if level > self.level:
+            self._votes += 1
+            if self._votes >= FORMAT_VOTES:
+                self.level = level
