@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import ObjectSendStream
@@ -49,6 +49,9 @@ from .settings import Settings, resolve
 from .shards import shard_of
 from .store import Journal
 from .tally import tally
+
+if TYPE_CHECKING:
+    from .batch import BatchClients
 
 __all__ = ["EXIT", "RunSummary", "Session", "Settings", "StopReason", "arun", "resume", "run"]
 
@@ -156,26 +159,32 @@ def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | Non
 
 
 class Models:
-    """The run's model clients: the generator's and, when it is another model, the critic's."""
+    """The run's model clients: the generator's and, when it is another model, the critic's.
 
-    __slots__ = ("critic", "generator", "owned")
+    With ``--batch`` the calls go through ``batch`` (the Batch API endpoints) instead.
+    """
+
+    __slots__ = ("batch", "critic", "generator", "owned")
 
     def __init__(
         self,
         generator: ModelClient,
         critic: ModelClient | None = None,
         owned: tuple[OpenAIClient, ...] = (),
+        batch: BatchClients | None = None,
     ) -> None:
         self.generator = generator
         self.critic = critic
         self.owned = owned  # the clients this run opened (and closes)
+        self.batch = batch  # closed with the others
 
     def stats(self) -> tuple[int, int, int]:
-        """Calls, retries and 429s of the clients this run opened."""
+        """Calls, retries and 429s of the clients this run opened (batch lines count as calls)."""
+        calls, retries, limited = self.batch.stats() if self.batch is not None else (0, 0, 0)
         return (
-            sum(c.calls for c in self.owned),
-            sum(c.retries for c in self.owned),
-            sum(c.limiter.rate_limited for c in self.owned),
+            calls + sum(c.calls for c in self.owned),
+            retries + sum(c.retries for c in self.owned),
+            limited + sum(c.limiter.rate_limited for c in self.owned),
         )
 
     async def aclose(self) -> None:
@@ -183,6 +192,8 @@ class Models:
         with anyio.CancelScope(shield=True):
             for c in self.owned:
                 await c.aclose()
+            if self.batch is not None:
+                await self.batch.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,7 +418,10 @@ Driver = Callable[[Session, Models], Awaitable[None]]
 
 def _driver(settings: Settings) -> Driver:
     if settings.batch:
-        raise ConfigError("--batch is not available in this version")
+        from .batch import check_settings, run_batches
+
+        check_settings(settings)
+        return run_batches
     if settings.workers is not None:
         raise ConfigError("--workers is not available in this version")
     return run_realtime
@@ -512,6 +526,18 @@ def _open_client(
     )
 
 
+def _batch_clients(
+    settings: Settings, api_key: str | None, generator: _Endpoint, critic: _Endpoint | None
+) -> BatchClients:
+    from .batch import open_clients
+
+    def side(e: _Endpoint) -> tuple[str, str | None]:
+        return e.model, e.urls[0] if e.urls else None
+
+    critic_side = None if critic is None else side(critic)
+    return open_clients(settings, api_key, side(generator), critic_side)
+
+
 def _manifest(
     job: Job,
     input_path: Path,
@@ -556,16 +582,19 @@ async def arun(
     critic: ModelClient | None = None,
     show_progress: bool = True,
     install_signal_handlers: bool = False,
+    batch: BatchClients | None = None,
 ) -> RunSummary:
     """Run (or continue) ``job`` over ``input_path`` into ``out_dir``; async form of ``run``.
 
-    ``client`` (and ``critic``) replace the OpenAI clients, for tests and embedding.
+    ``client`` (and ``critic``) replace the OpenAI clients, and ``batch`` the Batch API
+    clients of ``--batch``, for tests and embedding.
     """
     job = load_job(job) if isinstance(job, str) else job
     input_path = Path(input_path)
     if not input_path.is_file():
         raise ConfigError(f"input file not found: {input_path}")
     settings = resolve(settings or Settings(), job.max_iters)
+    driver = _driver(settings)
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY")
     prices = _price_book(settings)
@@ -607,10 +636,10 @@ async def arun(
                     critic_client = _open_client(critic_side, settings, api_key, session.budget)
                     owned.append(critic_client)
             models = Models(gen_client, critic_client, tuple(owned))
+            if settings.batch:
+                models.batch = batch or _batch_clients(settings, api_key, generator, critic_side)
             try:
-                summary = await _execute(
-                    session, models, _driver(settings), install_signal_handlers
-                )
+                summary = await _execute(session, models, driver, install_signal_handlers)
             finally:
                 await models.aclose()
             with contextlib.suppress(StoreError):
