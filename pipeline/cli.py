@@ -14,7 +14,7 @@ import anyio
 import orjson
 
 from . import status as status_mod
-from .errors import ConfigError, RefineError, StoreError
+from .errors import AuthError, ConfigError, RefineError, StoreError
 from .jobs import builtin_jobs, load_job
 from .runner import EXIT, RunSummary, aresume, arun
 from .settings import Settings, parse_shard
@@ -240,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory for report.md and its plots (default RUN_DIR/report)",
     )
 
+    p = sub.add_parser(
+        "cancel",
+        help="cancel the run's Batch API batches in flight (its records stay resumable)",
+    )
+    p.add_argument("run_dir", type=Path)
+
     sub.add_parser("jobs", help="list built-in jobs and their input fields")
     return parser
 
@@ -356,6 +362,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from .batch import acancel
+
+    infos = anyio.run(lambda: acancel(args.run_dir))
+    for info in infos:
+        _Console.print(f"{info.id}: {info.status}")
+    _Console.print(
+        f"{len(infos)} batch(es) cancelled; `refine run` (the same command) or "
+        "`refine resume` keeps their finished lines and sends the rest again"
+    )
+    return 0
+
+
 def _cmd_jobs(_: argparse.Namespace) -> int:
     for name, path in builtin_jobs().items():
         job = load_job(str(path))
@@ -374,6 +393,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": _cmd_status,
     "jobs": _cmd_jobs,
     "report": _cmd_report,
+    "cancel": _cmd_cancel,
 }
 
 
@@ -392,6 +412,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as err:
         _Console.print(f"refine: error: {err}", file=sys.stderr)
         return EXIT["store"]
+    except AuthError as err:
+        _Console.print(f"refine: error: {err}", file=sys.stderr)
+        return EXIT["auth"]
     except RefineError as err:
         _Console.print(f"refine: error: {err}", file=sys.stderr)
         return EXIT["config"]

@@ -8,7 +8,7 @@ with ``raise ... from err``::
     │   ├── JobError           a job file is invalid (names the key)
     │   ├── RunDirError        RUN_DIR belongs to another job, model or input
     │   ├── RunLocked          another process holds RUN_DIR
-    │   └── BatchFailed        the Batch API refused a batch at validation (its errors shown)
+    │   └── BatchFailed        the Batch API refused a batch for good (its errors shown)
     ├── InputError             one input line cannot become a record (line, field)
     ├── CallError              one model call failed for good: fails its record
     │   └── FatalCallError     the failure would hit every record: stops the run
@@ -56,19 +56,15 @@ class RunLocked(ConfigError):
 
 
 class BatchFailed(ConfigError):
-    """The Batch API failed a batch at validation for a reason a retry would meet again."""
+    """The Batch API refused a batch for a reason a retry would meet again (its errors shown)."""
 
-    def __init__(self, batch_id: str, errors: Sequence[object], message: str | None = None) -> None:
-        self.batch_id = batch_id
+    def __init__(self, message: str, errors: Sequence[object] = ()) -> None:
         self.errors = tuple(errors)
         shown = "; ".join(str(e) for e in self.errors[:MAX_SHOWN_ERRORS])
         more = len(self.errors) - MAX_SHOWN_ERRORS
         if more > 0:
             shown += f"; and {more} more"
-        super().__init__(
-            f"batch {batch_id} failed validation: {message or shown or 'no reason given'}; "
-            "its records stay pending"
-        )
+        super().__init__(f"{message}{': ' + shown if shown else ''}; its records stay pending")
 
 
 class InputError(RefineError):

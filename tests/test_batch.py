@@ -293,12 +293,20 @@ def test_completed_batch_with_only_an_error_file(tmp_path: Path) -> None:
 
 
 def test_completed_batch_holding_no_lines_sends_them_again(tmp_path: Path) -> None:
-    """A batch that says completed but holds no output at all loses nothing: all lines resent."""
+    """A batch that says completed but holds no line at all loses nothing: all lines resent.
+
+    Each such miss counts as a failed attempt, so a provider that keeps doing it ends.
+    """
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
     api = FakeBatchAPI(fate=lambda seq: "completed_empty" if seq == 0 else "completed")
-    summary = batch_run(api, inp, tmp_path / "run", max_iters=0, max_retries=0)
+    summary = batch_run(api, inp, tmp_path / "run", max_iters=0, max_retries=1)
     assert summary.exit_code == 0, summary.message
     assert len(api.batches) == 2 and len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) == 3
+    steps = [t["steps"][0] for t in read_jsonl(tmp_path / "run" / "traces.jsonl")]
+    assert all(s["attempts"] == 2 for s in steps)
+    always = FakeBatchAPI(fate=lambda seq: "completed_empty")
+    summary = batch_run(always, inp, tmp_path / "run2", max_iters=0, max_retries=1)
+    assert summary.exit_code == 1 and len(always.batches) == 2
 
 
 def test_splits_batches_by_max_lines_and_bytes(tmp_path: Path) -> None:

@@ -133,7 +133,7 @@ def test_batch_info_reads_the_api_object() -> None:
     )
     assert info.terminal and info.ended_at == 130 and info.metadata["refine_token"] == "abc"
     assert [str(e) for e in info.errors] == ["line 3: invalid_url: bad url"]
-    failed = BatchFailed(info.id, info.errors * 7)
+    failed = BatchFailed(f"batch {info.id} failed validation", info.errors * 7)
     assert "batch batch_1 failed validation: line 3: invalid_url: bad url" in str(failed)
     assert "and 2 more" in str(failed)
 

@@ -8,13 +8,15 @@ killed before it recorded the id is found by its token and cancelled too. The ne
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 
-from ..errors import CallError
+from ..errors import CallError, RunLocked
 from ..rundir import RunDir
 from .api import BatchClients, BatchInfo, find_by_token, open_clients
 from .ledger import Ledger
@@ -36,7 +38,7 @@ async def acancel(
     settings = manifest.settings
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY")
-    with rd.lock():
+    with _locked(rd):
         ledger = Ledger(rd.batches_path, fsync=settings.fsync, warn=log.warning)
         if clients is None:
             urls = settings.base_urls()
@@ -50,6 +52,18 @@ async def acancel(
         finally:
             ledger.close()
             await clients.aclose()
+
+
+@contextlib.contextmanager
+def _locked(rd: RunDir) -> Iterator[None]:
+    """The run lock, refused with a hint while a run holds it."""
+    try:
+        with rd.lock():
+            yield
+    except RunLocked as err:
+        raise RunLocked(
+            f"{err}; stop that run first (SIGINT or SIGTERM leave its batches running), then cancel"
+        ) from err
 
 
 async def _cancel_all(ledger: Ledger, clients: BatchClients) -> list[BatchInfo]:

@@ -51,7 +51,7 @@ from ..formats import FormatLadder
 from ..limits import estimate_tokens
 from ..loop import Call, Stop, call_failed, finish, make_step, next_call
 from ..records import Record
-from ..retry import OutageState, decide
+from ..retry import OutageState, decide, retryable
 from ..runner import Models, Session, StopReason, stop_reason_of
 from .api import TOKEN_KEY, BatchClients, BatchInfo, Side, find_by_token
 from .ledger import Entry, Ledger
@@ -137,7 +137,9 @@ class _Driver:
         stop = self.session.stop
         self.ledger.compact(self._pending)
         await self._reconcile()
-        self.live = self.ledger.state.live_calls()
+        live = self.ledger.state.live_calls().items()
+        # Calls applied before a stop (their batch not yet marked collected) are not awaited.
+        self.live = {rid: call for rid, call in live if self._pending(rid, call[1])}
         while not stop.stopping:
             await self._fill(receive)
             await self._poll()
@@ -235,6 +237,8 @@ class _Driver:
         """A control request failed: tried again at the next poll, until --max-outage."""
         if isinstance(err, FatalCallError):
             raise err
+        if not retryable(err):
+            raise BatchFailed(f"{what}: the Batch API refused it ({err})") from err
         now = self.clients.clock()
         if self.failing_since is None:
             self.failing_since = now
@@ -350,6 +354,11 @@ class _Driver:
                 async with self.polls:
                     data = await api.content(file_id)
             except CallError as err:
+                if err.status == 404:  # gone (files expire): its lines count as never answered
+                    log.warning(
+                        "file %s of batch %s is gone; its lines go out again", file_id, info.id
+                    )
+                    continue
                 self._failed(err, f"downloading file {file_id} of batch {info.id}")
                 return  # collected at a later poll
             for index, line in read_output(data, entry.token):
@@ -363,12 +372,15 @@ class _Driver:
             async with limiter:
                 await self._apply(held, entry, info, level, line, latency, failed)
 
-        async with anyio.create_task_group() as tg:
-            for index, (rid, n, level) in enumerate(entry.calls):
-                held = self.held.get(rid)
-                if held is None or held.token != entry.token or len(held.steps) != n:
-                    continue  # applied before a stop, or its record is done
-                tg.start_soon(apply, held, level, results.get(index))
+        try:
+            async with anyio.create_task_group() as tg:
+                for index, (rid, n, level) in enumerate(entry.calls):
+                    held = self.held.get(rid)
+                    if held is None or held.token != entry.token or len(held.steps) != n:
+                        continue  # applied before a stop, or its record is done
+                    tg.start_soon(apply, held, level, results.get(index))
+        except* StoreError as group:
+            raise group.exceptions[0] from group
         answered = sum(1 for line in results.values() if isinstance(line.get("response"), dict))
         log.info(
             "batch %s %s: %d of %d line(s) answered",
@@ -377,6 +389,7 @@ class _Driver:
             answered,
             len(entry.calls),
         )
+        self._crash("before_collected")
         self.ledger.collected(entry.token, info.status, failed, files)
         self.blocked.discard(entry.side)
         await self._delete_files(entry, "collected")
@@ -396,7 +409,11 @@ class _Driver:
         call = held.call
         assert call is not None
         result = None if line is None else read_result(line)
-        if result is None:  # never run (expired, cancelled, missing): out again, no retry used
+        if result is None and info.status == "completed":
+            # A batch that says it ran every line but holds no answer for this one: counted
+            # as a failed attempt, so a provider that keeps doing it cannot loop us forever.
+            result = CallError("bad_response", "the completed batch holds no line for this call")
+        if result is None:  # never run (expired or cancelled first): out again, no retry used
             self._release(held)
             return
         side = self.clients.named(entry.side)
@@ -492,7 +509,7 @@ class _Driver:
                 "once a batch in flight ends" if others else "in smaller batches",
             )
             return
-        raise BatchFailed(info.id, info.errors)
+        raise BatchFailed(f"batch {info.id} failed validation", info.errors)
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -609,13 +626,12 @@ class _Driver:
                 return
             if err.status is not None and err.status < 500:
                 await self._forget(entry, "refused")
-                raise BatchFailed("(not created)", (), str(err)) from err
+                raise BatchFailed(f"creating a batch: the Batch API refused it ({err})") from err
             # Sent, but the answer was lost: the batch may exist. Looked for before asking again.
             self.unsure.add(entry.token)
             self._failed(err, "creating a batch")
             return
-        if self.config.crash == "after_create":
-            os.kill(os.getpid(), signal.SIGKILL)
+        self._crash("after_create")
         self.ledger.created(entry.token, info.id)
         self.status[entry.token] = info.status
         self._ok()
@@ -643,6 +659,11 @@ class _Driver:
             if at <= now and token in entries:
                 del self.retry_create[token]
                 await self._create(entries[token])
+
+    def _crash(self, point: str) -> None:
+        """Crash tests: die here, as a SIGKILL would kill the process, when asked to."""
+        if self.config.crash == point:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # -- progress ------------------------------------------------------------------------------
 
