@@ -11,8 +11,8 @@ time, and with ``--batch``. Printed per scenario:
 - cost ratio: the batch run's dollars over the real-time run's, from each step's usage and
   the price table (the Batch API bills half); the target is <= 0.51;
 - same outputs: whether every record ended with the same answer in both runs;
-- chat calls: requests the batch run sent to /v1/chat/completions (must be 0), and batch
-  lines the simulator ran more than once (must be 0).
+- chat calls: requests the batch run sent to /v1/chat/completions (must be 0), and calls
+  (record, step) the simulator answered more than once (must be 0: none paid twice).
 
 Scenarios: a clean provider; and one where 5% of lines fail (500, 429 or 400) and a
 quarter of the batches expire half done.
@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, arun  # noqa: E402
 from pipeline.batch import BatchConfig, OpenAIBatchAPI, open_clients, read_ledger  # noqa: E402
+from pipeline.batch.ledger import custom_ids  # noqa: E402
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402
 
 MODEL = "gpt-4o-mini"  # a model with a price, so dollars can be compared
@@ -104,10 +105,13 @@ async def measure(scenario: Scenario, n: int, max_iters: int, work: Path) -> str
     assert isinstance(api, OpenAIBatchAPI)
     overhead: Counter[str] = api.requests
     rt_out, b_out = outputs(work / f"{scenario.name}-rt"), outputs(work / f"{scenario.name}-batch")
-    same = all(rt_out[k]["output"] == b_out[k]["output"] for k in rt_out) and rt_out.keys() == b_out.keys()
+    same = rt_out.keys() == b_out.keys() and all(
+        rt_out[k]["output"] == b_out[k]["output"] for k in rt_out
+    )
     rounds = read_ledger(work / f"{scenario.name}-batch" / "batches.jsonl").rounds
-    lines = Counter(r.custom_id for r in during if r.is_batch)
-    twice = sum(1 for c in lines.values() if c > 1)
+    calls = custom_ids(work / f"{scenario.name}-batch" / "batches.jsonl")
+    answered = Counter(calls[str(r.custom_id)] for r in during if r.is_batch and r.completed)
+    twice = sum(1 for c in answered.values() if c > 1)
     per_record = ", ".join(f"{k} {v / n:.3f}" for k, v in sorted(overhead.items()))
     return (
         f"{scenario.name}: {n} records, --max-iters {max_iters}: "
@@ -116,7 +120,7 @@ async def measure(scenario: Scenario, n: int, max_iters: int, work: Path) -> str
         f"batch overhead requests per record {sum(overhead.values()) / n:.3f} ({per_record}); "
         f"cost ratio {cost(b_out) / cost(rt_out):.4f}; same outputs {'yes' if same else 'NO'}; "
         f"batch-run chat calls {sum(1 for r in during if not r.is_batch)}, "
-        f"lines run twice {twice}"
+        f"calls answered twice {twice}"
     )
 
 

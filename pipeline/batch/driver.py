@@ -281,9 +281,7 @@ class _Driver:
         for e in unsure:
             info = found.get(e.token)
             if info is not None:
-                log.info(
-                    "batch %s (token %s) adopted: it was created before a stop", info.id, e.token
-                )
+                log.warning("batch %s adopted: created before a stop, found by its token", info.id)
                 self.ledger.created(e.token, info.id)
             else:
                 await self._forget(e, "never created")

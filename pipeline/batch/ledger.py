@@ -31,8 +31,9 @@ import orjson
 
 from ..errors import StoreError
 from ..store import repair_tail
+from .lines import custom_id
 
-__all__ = ["Entry", "Ledger", "LedgerState", "read_ledger"]
+__all__ = ["Entry", "Ledger", "LedgerState", "custom_ids", "read_ledger"]
 
 COMPACT_MIN_BYTES = 1 << 20
 
@@ -145,6 +146,22 @@ def read_ledger(path: Path, warn: Callable[[str], None] | None = None) -> Ledger
             if warn is not None:
                 warn(f"{path}: malformed ledger event skipped ({err!r})")
     return state
+
+
+def custom_ids(path: Path) -> dict[str, CallKey]:
+    """The call (record id, step index) each custom_id the ledger's intents hold stood for.
+
+    For audits: which of a provider's lines answered which call. A compacted ledger holds
+    the intents of open batches only.
+    """
+    calls: dict[str, CallKey] = {}
+    if not path.exists():
+        return calls
+    for event in _events(path, None):
+        if event.get("e") == "intent":
+            for i, (rid, n, _) in enumerate(event["calls"]):
+                calls[custom_id(str(event["token"]), i)] = (str(rid), int(n))
+    return calls
 
 
 class Ledger:
