@@ -82,6 +82,7 @@ class FakeBatchAPI:
     refuse_creates: int = 0  # the first N creates are answered 429
     lose_create_answers: int = 0  # the first N creates happen, but their answer is lost
     auth_fails: bool = False
+    delete_status: int | None = None  # answer every delete with this error status
     shuffle: bool = True
     seed: int = 0
     files: dict[str, bytes] = field(default_factory=dict)
@@ -221,6 +222,9 @@ class FakeBatchAPI:
 
     async def delete(self, file_id: str) -> None:
         self._request("delete")
+        if self.delete_status is not None:
+            status = self.delete_status
+            raise CallError(f"http_{status}", f"delete: HTTP {status}", status=status)
         if self.files.pop(file_id, None) is not None:
             self.deleted.append(file_id)
 

@@ -325,6 +325,18 @@ def test_splits_batches_by_max_lines_and_bytes(tmp_path: Path) -> None:
     assert sum(len(b.lines) for b in api.batches.values()) == 7
 
 
+def test_files_that_cannot_be_deleted_do_not_stop_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server refusing file deletion (405) costs a warning per file, not the run."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(2))
+    api = FakeBatchAPI(delete_status=405)
+    summary = batch_run(api, inp, tmp_path / "run", max_iters=0)
+    assert summary.exit_code == 0, summary.message
+    assert any("could not be deleted" in r.getMessage() for r in caplog.records)
+    assert read_ledger(tmp_path / "run" / "batches.jsonl").entries == {}
+
+
 def test_budget_stops_with_exit_6_within_budget(tmp_path: Path) -> None:
     """--budget with --batch: calls that do not fit wait; none fits: exit 6; spend <= budget."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(40))

@@ -63,6 +63,13 @@ def journal_keys(run_dir: Path) -> Counter[tuple[str, int]]:
     return Counter((e["id"], e["n"]) for e in read_jsonl(run_dir / "checkpoint.jsonl"))
 
 
+def assert_paid_once(answers: Counter[tuple[str, int]], run_dir: Path) -> None:
+    """Each call answered once, and each checkpointed step is exactly one answered call."""
+    journal = journal_keys(run_dir)
+    assert max(answers.values()) == 1 and max(journal.values()) == 1
+    assert answers.keys() == journal.keys()
+
+
 def test_batch_run_equals_real_time_without_a_chat_call(tmp_path: Path) -> None:
     """Against the simulator, --batch gives real time's outputs; no call goes to chat completions.
 
@@ -122,8 +129,7 @@ def test_expiry_and_failed_lines_lose_nothing(tmp_path: Path) -> None:
     assert summary.exit_code == 0, summary.message
     assert statuses["expired"] >= 1
     assert len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) == 40
-    assert max(counts.values()) == 1
-    assert max(journal_keys(tmp_path / "run").values()) == 1
+    assert_paid_once(counts, tmp_path / "run")
 
 
 def refine(
@@ -175,8 +181,8 @@ def test_kill_at_a_crash_point_then_rerun_pays_no_call_twice(tmp_path: Path, poi
     assert again.returncode == 0, again.stderr
     tokens = [b["metadata"]["refine_token"] for b in batches]
     assert tokens[0] == entry.token and len(tokens) == len(set(tokens))
-    assert max(counts.values()) == 1 and not chat
-    assert max(journal_keys(run_dir).values()) == 1
+    assert_paid_once(counts, run_dir)
+    assert not chat
     traces = read_jsonl(run_dir / "traces.jsonl")
     assert len(traces) == 6
     assert all(t["steps"][0]["batch_id"] == batches[0]["id"] for t in traces)
@@ -231,8 +237,8 @@ def test_sigkill_while_waiting_then_detach_until_done(tmp_path: Path) -> None:
     assert set(codes[:-1]) <= {75}
     outs = read_jsonl(run_dir / "outputs.jsonl")
     assert len(outs) == n and all(o["status"] == "done" for o in outs)
-    assert max(counts.values()) == 1 and not chat
-    assert max(journal_keys(run_dir).values()) == 1
+    assert_paid_once(counts, run_dir)
+    assert not chat
 
 
 def test_cancel_keeps_finished_lines_and_the_next_run_sends_the_rest(tmp_path: Path) -> None:
@@ -256,7 +262,7 @@ def test_cancel_keeps_finished_lines_and_the_next_run_sends_the_rest(tmp_path: P
     kept = batches[0]["request_counts"]["completed"]
     assert 0 < kept < 20
     assert sum(b["request_counts"]["total"] for b in batches[1:]) == 20 - kept
-    assert max(counts.values()) == 1
+    assert_paid_once(counts, run_dir)
 
 
 def test_wrong_key_exits_3_and_never_shows_it(tmp_path: Path) -> None:

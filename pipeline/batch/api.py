@@ -209,7 +209,8 @@ class OpenAIBatchAPI:
             page = await self._call("list", functools.partial(self._page, after))
             for batch in page.data:
                 yield BatchInfo.from_api(batch.model_dump())
-            if not page.data or page.has_more is False:
+            # A server that ignores `after` would send the same page forever.
+            if not page.data or page.has_more is False or page.data[-1].id == after:
                 return
             after = page.data[-1].id
 

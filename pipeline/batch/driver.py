@@ -308,8 +308,11 @@ class _Driver:
                 async with self.polls:
                     await api.delete(file_id)
             except CallError as err:
-                self._failed(err, f"deleting file {file_id}")
-                return  # the entry stays open: deleted at a later poll
+                if retryable(err) or isinstance(err, FatalCallError):
+                    self._failed(err, f"deleting file {file_id}")
+                    return  # the entry stays open: deleted at a later poll
+                # A server that cannot delete files must not stop the run over it.
+                log.warning("file %s could not be deleted (%s); it is left in place", file_id, err)
         self.ledger.closed(entry.token, why)
         self.status.pop(entry.token, None)
 
