@@ -25,6 +25,8 @@ The layout, one concept per module (data flows top to bottom)::
     progress     the progress bar / log lines
     shards       --shard I/N
     runner       pipeline.run / arun / resume: a Session driven by the pool (real time)
+    batch        --batch: the same Session driven through /v1/batches in rounds; its ledger;
+                 `refine cancel`
     status       `refine status`
     report       `refine report` (Markdown, HTML)
     sandbox      running programs in an isolated interpreter

@@ -13,6 +13,7 @@ from pipeline.batch.config import BatchConfig
 from pipeline.batch.ledger import Ledger, read_ledger
 from pipeline.batch.lines import Answer, custom_id, input_line, line_index, read_result, split
 from pipeline.errors import AuthError, BatchFailed, CallError, ConfigError
+from pipeline.progress import Counters
 
 
 @pytest.mark.parametrize(
@@ -237,3 +238,16 @@ def test_ledger_compaction_keeps_open_batches_and_pending_failures(tmp_path: Pat
     assert state.entries["open"].files == ["file-9"]
     assert state.failures == {("keep", 3): [500]}
     assert state.rounds == 2
+
+
+def test_progress_line_shows_batches_by_status_and_records_by_step() -> None:
+    """With --batch the progress line adds open batches by status and records by next step."""
+    counters = Counters(lines=10)
+    assert "batches" not in counters.line()
+    counters.batches = {"in_progress": 2, "validating": 1}
+    counters.waiting = {"feedback": 4, "generate": 6}
+    line = counters.line()
+    assert line.endswith(
+        "; batches: 2 in_progress, 1 validating; next step: 4 feedback, 6 generate"
+    )
+    assert counters.snapshot()["batches"] == {"in_progress": 2, "validating": 1}

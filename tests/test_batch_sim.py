@@ -241,6 +241,31 @@ def test_sigkill_while_waiting_then_detach_until_done(tmp_path: Path) -> None:
     assert not chat
 
 
+def test_sigterm_while_waiting_exits_130_and_batches_keep_running(tmp_path: Path) -> None:
+    """SIGTERM during a waiting run: exit 130, the batch in flight is kept and collected later."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(5))
+    run_dir = tmp_path / "run"
+    with Simulator(replace(FAST, batch_delay_s=2.0)) as sim:
+        args = batch_args(inp, run_dir, sim.url, "--max-iters", "0")
+        proc = start(*args)
+        ledger = run_dir / "batches.jsonl"
+        deadline = time.monotonic() + 60
+        while not (ledger.exists() and b'"created"' in ledger.read_bytes()):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        (entry,) = read_ledger(ledger).entries.values()
+        again = refine(*args)
+        batches = sim.batches
+        counts = answered(sim, run_dir)
+    assert proc.returncode == 130, err
+    assert entry.live and entry.batch_id == batches[0]["id"]
+    assert again.returncode == 0, again.stderr
+    assert len(batches) == 1  # collected, not sent again
+    assert_paid_once(counts, run_dir)
+
+
 def test_cancel_keeps_finished_lines_and_the_next_run_sends_the_rest(tmp_path: Path) -> None:
     """`refine cancel` cancels the batch in flight; the next run keeps its answered lines."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(20))
