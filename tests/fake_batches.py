@@ -26,7 +26,8 @@ Body = dict[str, Any]
 def answer_text(body: Mapping[str, Any]) -> str:
     """A deterministic answer to a chat request: feedback JSON when a format is asked, else code."""
     digest = hashlib.sha256(orjson.dumps(body["messages"])).hexdigest()[:8]
-    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    fmt = body.get("response_format") or {}
+    schema = fmt.get("json_schema", {}).get("schema") or fmt.get("schema")
     if schema is None:
         return f"```python\ndef f_{digest}(xs):\n    return sum(xs)\n```\nSums the list."
     values = {"string": "fine", "integer": 5, "number": 5.0, "boolean": False}
@@ -77,6 +78,7 @@ class FakeBatchAPI:
     fate: Callable[[int], str] = lambda seq: "completed"
     line_status: Callable[[str, Body], int] = lambda cid, body: 200
     issues: Callable[[int], tuple[BatchIssue, ...]] = lambda seq: ()
+    error_message: Callable[[int, Body], str] = lambda status, body: f"failed with {status}"
     looks_to_end: int = 2  # retrieves before a batch ends
     done_fraction: float = 0.5
     refuse_creates: int = 0  # the first N creates are answered 429
@@ -174,7 +176,8 @@ class FakeBatchAPI:
                 response = {"status_code": 200, "body": completion(body)}
                 out.append({"id": f"req-{cid}", "custom_id": cid, "response": response})
             else:
-                error = {"error": {"message": f"failed with {status}", "type": "x"}}
+                message = self.error_message(status, body)
+                error = {"error": {"message": message, "type": "x"}}
                 response = {"status_code": status, "body": error}
                 err.append({"id": f"req-{cid}", "custom_id": cid, "response": response})
         code = "batch_expired" if fate == "expired" else "batch_cancelled"

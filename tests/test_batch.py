@@ -197,6 +197,26 @@ def test_failed_lines_follow_the_real_time_error_classes(tmp_path: Path) -> None
     assert summary.counters.retries == 2
 
 
+def test_refused_response_format_steps_down_like_real_time(tmp_path: Path) -> None:
+    """Feedback lines refused for json_schema go out again as json_object, as in real time."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
+
+    def status(cid: str, body: dict[str, Any]) -> int:
+        return 400 if body.get("response_format", {}).get("type") == "json_schema" else 200
+
+    api = FakeBatchAPI(
+        line_status=status,
+        error_message=lambda code, body: "response_format json_schema is not supported",
+    )
+    summary = batch_run(api, inp, tmp_path / "run", max_iters=1, max_retries=0)
+    assert summary.exit_code == 0, summary.message
+    feedback = [b for b in api.bodies if "response_format" in b]
+    assert {b["response_format"]["type"] for b in feedback} == {"json_schema", "json_object"}
+    for t in read_jsonl(tmp_path / "run" / "traces.jsonl"):
+        (step,) = [s for s in t["steps"] if s["role"] == "feedback"][:1]
+        assert "JSON Schema" in step["messages"][-1]["content"]  # the schema spelled out
+
+
 def test_retries_end_at_max_retries(tmp_path: Path) -> None:
     """A line that keeps failing with 500 fails its record after --max-retries more batches."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(2))
