@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import orjson
 
+from . import estimate as estimate_mod
 from . import status as status_mod
 from .errors import ConfigError, RefineError, StoreError
 from .jobs import builtin_jobs, load_job
@@ -141,24 +142,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", action="store_true", help="every call through the Batch API")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="refine",
-        description="Self-Refine over datasets: generate, feedback, refine.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser(
-        "run",
-        help="start a run, or continue the same run",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_run_options(p)
-    p.add_argument("--out", required=True, type=Path, help="run directory")
+def _add_pace_options(p: argparse.ArgumentParser) -> None:
+    """Options that only change how calls are made (shared with `refine estimate --sample`)."""
     p.add_argument(
         "--concurrency",
         type=_positive_int,
@@ -183,6 +168,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds an endpoint may keep failing (5xx, timeouts, refused connections) "
         "before the run stops, resumable (default %(default)g)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="refine",
+        description="Self-Refine over datasets: generate, feedback, refine.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "run",
+        help="start a run, or continue the same run",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_run_options(p)
+    p.add_argument("--out", required=True, type=Path, help="run directory")
+    _add_pace_options(p)
     p.add_argument(
         "--budget",
         type=_positive_float,
@@ -239,6 +245,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="directory for report.md and its plots (default RUN_DIR/report)",
     )
+
+    p = sub.add_parser(
+        "estimate",
+        help="expected calls, tokens and dollars of a run; spends nothing (unless --sample)",
+    )
+    _add_run_options(p)
+    _add_pace_options(p)
+    p.add_argument(
+        "--sample",
+        type=_positive_int,
+        metavar="N",
+        help="run the first N lines for real and extrapolate from what they used",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="RUN_DIR",
+        help="--sample: run directory for the sampled records (reuse it for the full run "
+        "and they are not paid for twice; default: a temporary directory)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     sub.add_parser("jobs", help="list built-in jobs and their input fields")
     return parser
@@ -356,6 +383,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    estimates = estimate_mod.run_estimate(
+        args.job, args.input, settings, sample=args.sample, out=args.out
+    )
+    if args.json:
+        _Console.print(orjson.dumps(estimates, option=orjson.OPT_INDENT_2).decode())
+    else:
+        _Console.print("\n\n".join(estimate_mod.render(e) for e in estimates))
+    return 0
+
+
 def _cmd_jobs(_: argparse.Namespace) -> int:
     for name, path in builtin_jobs().items():
         job = load_job(str(path))
@@ -374,6 +413,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": _cmd_status,
     "jobs": _cmd_jobs,
     "report": _cmd_report,
+    "estimate": _cmd_estimate,
 }
 
 
