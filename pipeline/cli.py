@@ -237,13 +237,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = sub.add_parser("report", help="summary of a run with plots (needs refine[report])")
+    p = sub.add_parser(
+        "report",
+        help="report.md with plots, and index.html: an offline page with a record browser "
+        "(needs refine[report])",
+    )
     p.add_argument("run_dir", type=Path)
     p.add_argument(
         "--out",
         type=Path,
         metavar="DIR",
-        help="directory for report.md and its plots (default RUN_DIR/report)",
+        help="directory for report.md, its plots and index.html (default RUN_DIR/report)",
+    )
+    p.add_argument(
+        "--records",
+        type=Path,
+        metavar="FILE",
+        help="embed the iterations of these records in index.html (a file of ids, one per line)",
+    )
+    p.add_argument(
+        "--details",
+        type=_positive_int,
+        metavar="N",
+        help="embed the iterations of at most N records (default 2000)",
     )
 
     p = sub.add_parser(
@@ -377,9 +393,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import write_report
+    from .report import DETAIL_LIMIT, read_ids, write_report
 
-    _Console.print(write_report(args.run_dir, args.out))
+    records = None if args.records is None else read_ids(args.records)
+    details = DETAIL_LIMIT if args.details is None else args.details
+    files = write_report(args.run_dir, args.out, records=records, details=details)
+    _Console.print(files.markdown)
+    _Console.print(files.html)
     return 0
 
 
