@@ -39,17 +39,21 @@
     return el("span", { class: "badge" + (kind ? " " + kind : "") }, text);
   }
 
-  function number(value, rate) {
+  function number(value) {
     if (value === null || value === undefined) return "-";
     if (typeof value === "boolean") return value ? "true" : "false";
     if (typeof value !== "number") return String(value);
-    if (rate) return (100 * value).toFixed(1) + "%";
     return Number.isInteger(value) ? value.toLocaleString("en-US") : value.toFixed(3);
   }
 
-  function signed(value, rate) {
+  function measured(value, m, digits) {
+    // One precision per column, as in the overview's tables: 0.400 and 0.000, not 0.4 and 0.
+    return m.rate ? (100 * value).toFixed(1) + "%" : value.toFixed(digits);
+  }
+
+  function signed(value, m, digits) {
     if (value === null || Number.isNaN(value)) return "";
-    const text = rate ? (100 * value).toFixed(1) + " pp" : Number.isInteger(value) ? String(value) : value.toFixed(3);
+    const text = m.rate ? (100 * value).toFixed(1) + " pp" : value.toFixed(digits);
     return value > 0 ? "+" + text : value < 0 ? text.replace("-", "−") : "±0";
   }
 
@@ -139,6 +143,7 @@
   const state = { q: "", status: "", stop: "", measure: meta && meta.main !== null ? meta.main : -1,
     change: "", embedded: false, sort: "line", asc: true, page: 0 };
   let first = new Float64Array(rows.length), last = new Float64Array(rows.length);
+  let digits = 0; // decimals of the chosen measure's column
 
   function pickMeasure() {
     first = new Float64Array(rows.length).fill(NaN);
@@ -152,6 +157,11 @@
         }
       }
     });
+    // As the overview's tables: whole numbers stay whole; else by the largest value.
+    const whole = (v) => Number.isNaN(v) || Number.isInteger(v);
+    let top = 0;
+    for (const v of [...first, ...last]) if (!Number.isNaN(v)) top = Math.max(top, Math.abs(v));
+    digits = first.every(whole) && last.every(whole) ? 0 : top <= 1 ? 3 : top < 100 ? 2 : 0;
   }
 
   function keep(i) {
@@ -220,9 +230,9 @@
     if (m) {
       const gain = last[i] - first[i];
       cells.push(
-        el("td", { class: "num" }, Number.isNaN(first[i]) ? "-" : number(first[i], m.rate)),
-        el("td", { class: "num" }, Number.isNaN(last[i]) ? "-" : number(last[i], m.rate)),
-        el("td", { class: "num " + (gain > 0 ? "up" : gain < 0 ? "down" : "") }, signed(gain, m.rate)));
+        el("td", { class: "num" }, Number.isNaN(first[i]) ? "-" : measured(first[i], m, digits)),
+        el("td", { class: "num" }, Number.isNaN(last[i]) ? "-" : measured(last[i], m, digits)),
+        el("td", { class: "num " + (gain > 0 ? "up" : gain < 0 ? "down" : "") }, signed(gain, m, digits)));
     }
     cells.push(el("td", { class: "num" }, dollars(row[COST])),
       el("td", {}, details.has(row[ID]) ? "embedded" : "row only"));

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -130,6 +131,14 @@ def test_lists_all_records_in_file_order(browser: Browser, reported: Reported) -
     assert listed_ids(seen.page) == [o["id"] for o in by_line]
     assert len(by_line) == 25
     assert seen.page.inner_text("#record-count") == "25 of 25 listed records match"
+    # The main measure's columns: coverage, one precision for the whole column.
+    headers = seen.page.eval_on_selector_all("#record-list th", "hs => hs.map(h => h.textContent)")
+    assert "coverage initial" in headers
+    column = headers.index("coverage initial") + 1
+    cells = seen.page.eval_on_selector_all(
+        f"#record-list tbody td:nth-child({column})", "cs => cs.map(c => c.textContent)"
+    )
+    assert len(cells) == 25 and all(re.fullmatch(r"\d\.\d{3}|-", c) for c in cells), cells
     seen.page.close()
 
 
@@ -231,6 +240,7 @@ def test_filters_and_search(browser: Browser, reported: Reported) -> None:
         and o["chosen_iteration"] is not None
         and coverage(o, o["chosen_iteration"]) > coverage(o, 0)
     }
+    assert improved and len(improved) < 25  # the filter has something to do
     assert set(listed_ids(page)) == improved
     page.close()
 
