@@ -70,7 +70,8 @@ def _block(block: Block, images: Mapping[str, str]) -> str:
                 + "</tr>"
                 for row in rows
             )
-            return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            thead = f"<thead><tr>{head}</tr></thead>" if figures else ""
+            return f"<table>{thead}<tbody>{body}</tbody></table>"
         case Image(key, alt):
             if key not in images:
                 return ""

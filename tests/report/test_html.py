@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.report import write_report
 from pipeline.report.html import CSP
-from tests.report.runs import Reported, make_run, record, step
+from tests.report.runs import Reported, gsm_run, make_run, record, step
 
 pytestmark = pytest.mark.usefixtures("matplotlib")
 
@@ -128,3 +128,44 @@ def test_limits_are_stated_with_the_way_to_narrow(tmp_path: Path) -> None:
     meta = Page(text).blob("report-meta")
     assert (meta["total"], meta["detailed"], meta["selection"]) == (12, 4, "chosen")
     assert sorted(Page(text).blob("report-details")) == ["r0", "r3", "r5", "r9"]
+
+
+class Rows(HTMLParser):
+    """The text of every table row of a page, cell by cell."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append("".join(self._cell))
+            self._cell = None
+
+
+def test_overview_holds_the_markdown_tables(tmp_path: Path) -> None:
+    """Every row of every table in report.md is a row of the page's overview, cell for cell."""
+    files = write_report(gsm_run(tmp_path / "run"))
+    html_rows = Rows(files.html.read_text(encoding="utf-8")).rows
+    md_rows = [
+        [c.strip().strip("`").replace("\\|", "|") for c in line.strip()[1:-1].split(" | ")]
+        for line in files.markdown.read_text(encoding="utf-8").splitlines()
+        if line.startswith("| ") and "---" not in line
+    ]
+    md_rows = [r for r in md_rows if any(r)]  # the header row of the facts table is empty
+    assert len(md_rows) > 20
+    for row in md_rows:
+        assert row in html_rows, row
+    assert ["", ""] not in html_rows  # no empty header row above the facts table
