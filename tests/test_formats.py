@@ -16,7 +16,7 @@ MESSAGES = [{"role": "user", "content": "Review it."}]
 
 
 def test_request_at_each_level() -> None:
-    """json_schema sends the schema (strict when it can); lower levels spell it out in the prompt."""
+    """json_schema sends the schema (strict if it can); lower levels spell it out in the prompt."""
     ladder = FormatLadder()
     sent, extra = ladder.request(MESSAGES, SCHEMA, 0)
     assert extra["response_format"]["type"] == "json_schema"
