@@ -325,3 +325,13 @@ def test_record_without_iterations_says_how_to_get_them(browser: Browser, tmp_pa
     assert "--records FILE" in seen.page.inner_text("#record")
     assert seen.page.query_selector("#record .iteration") is None
     seen.page.close()
+
+
+def test_empty_run_page_works(browser: Browser, tmp_path: Path) -> None:
+    """A run with no finished record yet gives a page that loads cleanly and lists nothing."""
+    page_path = write_report(make_run(tmp_path / "run", [])).html
+    seen = visit(browser, page_path, "records")
+    seen.page.wait_for_selector("#record-count")
+    assert seen.page.inner_text("#record-count") == "0 of 0 listed records match"
+    assert listed_ids(seen.page) == [] and seen.problems == []
+    seen.page.close()
