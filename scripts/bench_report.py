@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure ``refine report`` on a large synthetic run: time, peak memory, page size and load.
 
-Usage: scripts/bench_report.py [--records 100000] [--keep DIR]
+Usage: .venv/bin/python scripts/bench_report.py [--records 100000] [--keep DIR]
 
 Writes a run directory of ``--records`` records (three refinements each: seven calls,
 feedback with findings, evaluator metrics), then, each in its own process:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate docs/example-report: a 25-record CommonGen run against the simulator, reported.
 
-Usage: scripts/example_report.py [--out docs/example-report]
+Usage: .venv/bin/python scripts/example_report.py [--out docs/example-report]
 
 The run uses the project's simulator (placeholder text, so its quality figures mean
 nothing), priced as gpt-4o-mini, with a few injected faults so that the report shows a
