@@ -138,17 +138,8 @@ NO_SPEND: Final = Spend(0, 0.0, 0)
 class RunReport:
     """Everything the report shows, computed in one pass over the run directory."""
 
-    run_dir: Path
-    job: str
-    model: str
-    state: str
-    input_path: str
-    max_iters: int | None
-    created_at: str | None
-    updated_at: str | None
-    records: int | None  # input records expected (None: the input file cannot be read)
+    run: RunInfo  # the run directory, job, models, state, input and expected records
     statuses: Mapping[str, int]  # finished records by status (done, failed)
-    bad_lines: int  # input lines that could not become records (errors.jsonl)
     prompt_tokens: int
     completion_tokens: int
     calls: int
@@ -182,9 +173,9 @@ class RunReport:
     @property
     def pending(self) -> int | None:
         """Records not finished yet, when the input's size is known."""
-        if self.records is None:
+        if self.run.records is None:
             return None
-        return max(0, self.records - sum(self.statuses.values()))
+        return max(0, self.run.records - sum(self.statuses.values()))
 
     @property
     def priced(self) -> bool:
@@ -472,17 +463,8 @@ class Summary:
             free = self.pricing.book.price(self.pricing.model_for.get("generate")) is not None
             dollars = 0.0 if free and not self.unpriced else None
         return RunReport(
-            run_dir=info.run_dir,
-            job=info.job,
-            model=info.model,
-            state=info.state,
-            input_path=info.input_path,
-            max_iters=info.max_iters,
-            created_at=info.created_at,
-            updated_at=info.updated_at,
-            records=info.records,
+            run=info,
             statuses=dict(self.statuses),
-            bad_lines=info.bad_lines,
             prompt_tokens=self.usage["prompt_tokens"],
             completion_tokens=self.usage["completion_tokens"],
             calls=self.usage["calls"],

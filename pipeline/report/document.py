@@ -141,35 +141,36 @@ def _cost(r: RunReport) -> str:
 
 
 def _header(r: RunReport) -> list[Block]:
+    run = r.run
     pending = (
         "pending unknown (the input file cannot be read)"
         if r.pending is None
-        else f"{r.pending:,} pending (of {r.records:,})"
+        else f"{r.pending:,} pending (of {run.records:,})"
     )
     others = {k: v for k, v in r.statuses.items() if k not in ("done", "failed")}
     finished = f"{r.done:,} done, {r.failed:,} failed" + "".join(
         f", {v:,} {k}" for k, v in others.items()
     )
-    when = " to ".join(t for t in (r.created_at, r.updated_at) if t)
+    when = " to ".join(t for t in (run.created_at, run.updated_at) if t)
     out: list[Block] = [
-        Heading(1, f"Run report: {r.job}"),
+        Heading(1, f"Run report: {run.job}"),
         Table(
             ("", ""),
             (
-                ("run directory", Code(str(r.run_dir))),
-                ("job", Code(r.job)),
-                ("model", Code(r.model)),
-                ("state", r.state + (f" ({when})" if when else "")),
-                ("input", Code(r.input_path)),
+                ("run directory", Code(str(run.run_dir))),
+                ("job", Code(run.job)),
+                ("model", Code(run.model)),
+                ("state", run.state + (f" ({when})" if when else "")),
+                ("input", Code(run.input_path)),
                 ("records", f"{finished}, {pending}"),
-                ("unreadable input lines", f"{r.bad_lines:,} (errors.jsonl)"),
+                ("unreadable input lines", f"{run.bad_lines:,} (errors.jsonl)"),
                 (
                     "tokens",
                     f"{r.prompt_tokens:,} prompt + {r.completion_tokens:,} completion "
                     f"in {r.calls:,} calls",
                 ),
                 ("cost", _cost(r)),
-                ("max iterations", "-" if r.max_iters is None else str(r.max_iters)),
+                ("max iterations", "-" if run.max_iters is None else str(run.max_iters)),
             ),
         ),
     ]

@@ -132,7 +132,7 @@ def render_html(
     details: Iterable[bytes],
 ) -> Iterator[bytes]:
     """The page, in chunks; ``images`` maps plot keys to ``data:`` URIs."""
-    title = html.escape(f"Run report: {report.job}")
+    title = html.escape(f"Run report: {report.run.job}")
     overview = "\n".join(_block(b, images) for b in build(report)[1:])  # the title is the bar
     yield f"""<!doctype html>
 <html lang="en">
@@ -160,7 +160,7 @@ def render_html(
 </section>
 <section class="tab" id="records">
 <h2>Records</h2>
-<p class="note">{_limits(meta, str(report.run_dir))}</p>
+<p class="note">{_limits(meta, str(report.run.run_dir))}</p>
 <noscript><p>The record browser needs JavaScript; the overview does not.</p></noscript>
 <div class="controls">
 <label>search id<input type="search" id="f-search" placeholder="part of an id"></label>

@@ -105,7 +105,7 @@ def test_counts_stop_reasons_tokens_and_pending(tmp_path: Path) -> None:
     assert report.tokens.count == 5 and report.tokens.max == 150
     assert report.tokens.mean == pytest.approx((150 + 100 + 40 + 15 + 0) / 5)
     # 7 input lines, 1 unreadable: 6 records, 5 finished.
-    assert (report.records, report.bad_lines, report.pending) == (6, 1, 1)
+    assert (report.run.records, report.run.bad_lines, report.pending) == (6, 1, 1)
     assert report.cost_usd is None  # no price for "sim-model"
 
 
