@@ -33,7 +33,7 @@ from .formats import FormatLadder
 from .jobs import Job, load_job
 from .limits import estimate_tokens
 from .loop import build_messages
-from .prices import PriceBook, load_prices
+from .prices import PriceBook, price_book
 from .records import Record, count_lines, read_records
 from .settings import Settings
 
@@ -321,7 +321,7 @@ def run_estimate(
     input_path = Path(input_path)
     if not input_path.is_file():
         raise ConfigError(f"input file not found: {input_path}")
-    prices = PriceBook(load_prices(settings.prices) if settings.prices else None)
+    prices = price_book(settings.prices)
     estimates = [from_prompts(job, input_path, settings, prices, _model_ids(settings))]
     if sample is not None:
         with contextlib.ExitStack() as stack:

@@ -41,7 +41,7 @@ from .loop import Policy, refine_record
 from .manifest import InputInfo, JobInfo, Manifest, clean_url, refuse_different
 from .outputs import Outputs
 from .pool import run_pool
-from .prices import PriceBook, load_prices
+from .prices import PriceBook, price_book
 from .progress import Counters, Progress
 from .records import Record, count_lines, fingerprint, read_records, same_input
 from .rundir import RunDir
@@ -557,10 +557,6 @@ def _manifest(
     )
 
 
-def _price_book(settings: Settings) -> PriceBook:
-    return PriceBook(load_prices(settings.prices) if settings.prices else None)
-
-
 def _check_budget(prices: PriceBook, generator: _Endpoint, critic: _Endpoint | None) -> None:
     for side in (generator, critic):
         if side is not None and not prices.known(side.model_id):
@@ -597,7 +593,7 @@ async def arun(
     driver = _driver(settings)
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY")
-    prices = _price_book(settings)
+    prices = price_book(settings.prices)
     rd = RunDir(Path(out_dir))
     with rd.lock():
         async with _endpoints(settings, rd.path) as (generator, critic_side):

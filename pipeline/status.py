@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .batch.ledger import read_ledger
-from .manifest import Manifest
-from .prices import PriceBook, load_prices
+from .prices import price_book
 from .rundir import RunDir
 from .store import read_steps
 from .tally import tally_outputs
@@ -20,18 +19,11 @@ from .tally import tally_outputs
 __all__ = ["collect", "render"]
 
 
-def _prices(manifest: Manifest) -> PriceBook:
-    path = manifest.settings.prices
-    if path and Path(path).is_file():
-        return PriceBook(load_prices(path))
-    return PriceBook()
-
-
 def collect(run_dir: Path) -> dict[str, Any]:
     """Figures of a run: counts by status, calls, tokens, cost, and live progress when running."""
     rd = RunDir(run_dir)
     manifest = rd.require_manifest()
-    prices = _prices(manifest)
+    prices = price_book(manifest.settings.prices, missing_ok=True)
     model_for = {"generate": manifest.model, "refine": manifest.model, "feedback": manifest.critic}
     t = tally_outputs(rd.outputs_path, prices, model_for)
     unfinished, _, _ = read_steps(rd.checkpoint_path, t.finished_ids)

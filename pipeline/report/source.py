@@ -17,8 +17,7 @@ from typing import Any, Final, Literal, Protocol
 import orjson
 
 from ..errors import ConfigError
-from ..manifest import Manifest
-from ..prices import PriceBook, load_prices
+from ..prices import PriceBook, price_book
 from ..rundir import RunDir
 
 __all__ = [
@@ -99,13 +98,6 @@ class RunInfo:
     pricing: Pricing
 
 
-def _price_book(manifest: Manifest) -> PriceBook:
-    path = manifest.settings.prices
-    if path and Path(path).is_file():  # a price file moved away since: the built-in prices
-        return PriceBook(load_prices(path))
-    return PriceBook()
-
-
 def read_run_info(run_dir: Path) -> RunInfo:
     """The manifest's job, models, state, input and timestamps (ConfigError when there is none)."""
     rd = RunDir(Path(run_dir))
@@ -124,7 +116,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
         records=expected.records,
         bad_lines=expected.bad_lines,
         pricing=Pricing(
-            _price_book(manifest),
+            price_book(manifest.settings.prices, missing_ok=True),
             {"generate": model, "refine": model, "feedback": critic},
         ),
     )
