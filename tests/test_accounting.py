@@ -49,9 +49,13 @@ def test_failed_calls_are_traced_and_retry_failed_finishes_without_repeats(
         for rid in failed:
             last = traces[rid]["steps"][-1]
             assert last["response"] is None and last["error"]["status"] == 500
-            assert last["error"]["type"] == "http_500" and last["attempts"] == 1
+            assert last["error"]["type"] == "http_500"
             assert last["role"] in ("generate", "feedback", "refine") and last["messages"]
-            assert last["tries"] == [] or last["tries"][0][0] == 500
+            # one attempt, or (a probe while the breaker was open, then a counted one) each
+            # attempt's status and latency in compact form
+            tries = last.get("tries", [])
+            assert last["attempts"] == max(1, len(tries))
+            assert all(status == 500 and seconds >= 0 for status, seconds in tries)
 
         # Without --retry-failed, a finished run stays as it is: no call, exit 1 again.
         before = len(sim.requests)
