@@ -442,8 +442,7 @@ def test_request_log_and_log_file(tmp_path: Path) -> None:
 
 
 def test_request_log_records_model_and_usage() -> None:
-    """Each logged request carries its model and the usage its answer reported; a refused
-    request used none, and real-time requests are not batch lines."""
+    """The log gives each request's model and reported usage; a refused request used none."""
     with Simulator(SimConfig(models=("a", "b"), rpm=60)) as server, client(server) as c:
         r = c.chat.completions.create(model="b", messages=msgs("hello there"))
         with pytest.raises(openai.RateLimitError):

@@ -233,8 +233,7 @@ def test_parse_multipart_rejects_malformed(content_type: str, body: bytes) -> No
 
 
 def test_batch_completes_with_shuffled_output_and_logged_lines(sim: Simulator) -> None:
-    """A batch runs validating → in_progress → finalizing → completed; every line is answered
-    once, by the chat engine, in shuffled order, and logged as a batch line."""
+    """A batch completes with each line answered once by the chat engine, shuffled, logged."""
     with client(sim) as c:
         created = submit(c, lines(20), metadata={"run": "r1"})
         assert created.status == "validating" and created.metadata == {"run": "r1"}
@@ -278,8 +277,7 @@ def test_unshuffled_output_keeps_input_order() -> None:
 
 
 def test_failed_lines_go_to_the_error_file() -> None:
-    """p_line_fail sends lines to the error file with their status and an error body;
-    the same faults_seed fails the same lines."""
+    """p_line_fail puts lines in the error file with status and error body, reproducibly."""
 
     def run() -> tuple[set[str], list[RequestLog]]:
         config = replace(FAST, p_line_fail=0.5, line_fail_statuses=(500, 429, 400))
@@ -301,6 +299,23 @@ def test_failed_lines_go_to_the_error_file() -> None:
     assert {r.custom_id for r in log if r.status != 200} == failed
     assert all(r.total_tokens == 0 for r in log if r.status != 200)
     assert run()[0] == failed
+
+
+def test_lines_are_answered_like_real_time_requests() -> None:
+    """A line with a bad body fails alone with the 400 a real-time call gets; p_refusal refuses."""
+    bad = chat_line("bad")
+    del bad["body"]["messages"]
+    with Simulator(replace(FAST, p_refusal=1.0)) as server, client(server) as c:
+        batch = wait(c, submit(c, jsonl(chat_line("good"), bad)).id)
+        assert batch.status == "completed"
+        (failed,) = read(c, batch.error_file_id)
+        assert failed["custom_id"] == "bad" and failed["response"]["status_code"] == 400
+        assert failed["response"]["body"]["error"]["param"] == "messages"
+        (answered,) = read(c, batch.output_file_id)
+        message = answered["response"]["body"]["choices"][0]["message"]
+        assert message["content"] is None and message["refusal"]
+        outcomes = sorted((r.custom_id or "", r.outcome) for r in server.requests)
+        assert outcomes == [("bad", "bad_request"), ("good", "refusal")]
 
 
 def test_all_failed_batch_is_completed_with_only_an_error_file() -> None:
@@ -329,8 +344,7 @@ def test_expired_batch_keeps_its_finished_lines() -> None:
 
 
 def test_cancel_keeps_finished_lines_and_is_idempotent() -> None:
-    """Cancel goes cancelling → cancelled, keeps finished lines, reports the rest as
-    batch_cancelled; cancelling again is harmless, cancelling a finished batch is refused."""
+    """Cancel keeps finished lines and reports the rest as batch_cancelled, once."""
     with Simulator(replace(FAST, batch_delay_s=2.0)) as server, client(server) as c:
         created = submit(c, lines(12))
         deadline = time.monotonic() + 5
@@ -389,8 +403,7 @@ def test_validation_failures(
 
 
 def test_token_limit_is_per_model_and_freed_by_finished_batches() -> None:
-    """Over the enqueued-token limit of a model a batch fails with token_limit_exceeded; other
-    models are not affected, and the tokens come back once the holding batch is done."""
+    """Past a model's enqueued-token limit a batch fails with token_limit_exceeded."""
     # Each line holds 1 prompt token + 50 max tokens; four lines hold 204, six 306.
     config = replace(FAST, batch_token_limit=300)
     with Simulator(replace(config, batch_delay_s=2.0)) as server, client(server) as c:
@@ -463,8 +476,7 @@ def test_input_file_must_have_purpose_batch(sim: Simulator) -> None:
 
 
 def test_list_pages_newest_first_with_metadata(sim: Simulator) -> None:
-    """Batches list newest first in cursor pages and carry their metadata back, so a
-    client can find a batch it created but did not record."""
+    """Batches list newest first in cursor pages, with their metadata."""
     with client(sim) as c:
         made = [submit(c, lines(1), metadata={"intent": f"i{k}"}).id for k in range(5)]
         first = c.batches.list(limit=2)
@@ -514,8 +526,7 @@ def test_async_client_with_aiohttp_transport(sim: Simulator) -> None:
 
 
 def test_batch_lines_use_the_model_they_name() -> None:
-    """With several models served, each batch line and real-time call is logged with its
-    model and the usage its answer reports."""
+    """Each batch line and real-time call is answered and logged by the model it names."""
     config = replace(FAST, models=("gen", "critic"))
     with Simulator(config) as server, client(server) as c:
         batch = wait(c, submit(c, lines(3, "critic")).id)
@@ -577,6 +588,7 @@ class _Clocked:
         self.store = BatchStore(Engine(self.logger), self.files, wall0=1_700_000_000.0)
 
     def create(self, data: bytes, at: float) -> str:
+        """Store ``data`` as a batch file and create a batch over it at time ``at``."""
         file_id = self.files.add("in.jsonl", "batch", data, 0).id
         body = {
             "input_file_id": file_id,
@@ -589,6 +601,7 @@ class _Clocked:
         return batch_id
 
     def get(self, batch_id: str, at: float) -> dict[str, Any]:
+        """The batch as retrieved at time ``at``."""
         reply = self.store.handle(self.config, "GET", f"/v1/batches/{batch_id}", "", b"", at)
         value: dict[str, Any] = orjson.loads(reply.body)
         return value
@@ -622,8 +635,7 @@ def test_lines_finish_steadily_over_the_in_progress_window() -> None:
 
 
 def test_phase_ends_apply_in_time_order_however_late() -> None:
-    """Phase ends are taken in time order, even when nothing looked at the batches until
-    long after: a validation counts the tokens held at its own time, no more, no less."""
+    """A validation counts the tokens held at its own time, however late it is computed."""
     config = SimConfig(
         batch_token_limit=300, batch_validating_s=5, batch_delay_s=1, batch_finalizing_s=0
     )

@@ -379,9 +379,11 @@ class Engine:
         refuse: bool,
         now: float,
     ) -> tuple[int, dict[str, Any], tuple[int, int]]:
-        """Answer one batch line as ``/v1/chat/completions`` would, without the real-time
-        limits and faults; log it. Returns the status, response body and (prompt, completion)
-        tokens."""
+        """Answer and log one batch line: its status, response body and token usage.
+
+        The line is answered as ``/v1/chat/completions`` would, without the real-time limits
+        and transport faults.
+        """
         model = body.get("model") if isinstance(body.get("model"), str) else None
         request = parse_chat(cfg, body)
         usage = (0, 0)

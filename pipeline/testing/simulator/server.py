@@ -41,7 +41,11 @@ def _raise_nofile_limit() -> None:
 async def _drive_batches(app: App, wake: asyncio.Event) -> None:
     """Advance batches while any is in flight; otherwise sleep until one is created."""
     while True:
-        if app.tick():
+        try:
+            busy = app.tick()
+        except Exception:  # the same error answers the next batch request as a 500
+            busy = True
+        if busy:
             await asyncio.sleep(BATCH_TICK_S)
         else:
             await wake.wait()
