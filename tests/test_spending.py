@@ -183,7 +183,7 @@ def test_budget_stops_the_run_within_the_cap_and_a_larger_one_finishes(tmp_path:
             show_progress=False,
         )
         answered = len(sim.completed_bodies())
-        spent = _server_spend(out, PRICES["sim-model"])
+        spent = _server_spend(sim, PRICES["sim-model"])
         info = collect(out)
         more = run(
             "code-improve",
@@ -194,6 +194,7 @@ def test_budget_stops_the_run_within_the_cap_and_a_larger_one_finishes(tmp_path:
             show_progress=False,
         )
         answered_total = len(sim.completed_bodies())
+        spent_total = _server_spend(sim, PRICES["sim-model"])
     assert capped.exit_code == 6
     assert "budget reached" in (capped.message or "")
     assert 0 < spent <= 0.25
@@ -206,23 +207,18 @@ def test_budget_stops_the_run_within_the_cap_and_a_larger_one_finishes(tmp_path:
     assert answered_total == sum(o["usage"]["calls"] for o in outs), "a call was repeated"
     assert answered < answered_total
     total_cost = sum(o["cost_usd"] for o in outs)
-    assert total_cost == pytest.approx(_server_spend(out, PRICES["sim-model"]), rel=1e-6)
+    assert total_cost == pytest.approx(spent_total, rel=1e-6)
 
 
-def _server_spend(run_dir: Path, price: dict[str, float]) -> float:
-    """Dollars of every completed call (journal and traces hold the usage the server reported)."""
-    seen: set[tuple[str, int]] = set()
-    total = 0.0
-    for line in read_jsonl(run_dir / "checkpoint.jsonl"):
-        key = (str(line["id"]), int(line["n"]))  # type: ignore[call-overload]
-        if key in seen:
-            continue
-        seen.add(key)
-        usage = line["step"]["usage"]  # type: ignore[index]
-        total += (
-            usage["prompt_tokens"] * price["input"] + usage["completion_tokens"] * price["output"]
-        ) / 1e6
-    return total
+def _server_spend(sim: Simulator, price: dict[str, float]) -> float:
+    """Dollars of every answer the server gave, from its own log of usage."""
+    return (
+        sum(
+            r.prompt_tokens * price["input"] + r.completion_tokens * price["output"]
+            for r in sim.requests
+        )
+        / 1e6
+    )
 
 
 def test_budget_with_unknown_price_is_refused(tmp_path: Path) -> None:
