@@ -96,7 +96,7 @@ def export(run_dir: str | Path, output: str | Path, *, with_input: bool = False)
         if source is not None and fmt != "jsonl":
             for record in source.records():
                 in_columns.add(record.fields)
-        clash = frozenset(out_columns.names()) | OUTPUT_KINDS.keys()
+        clash = frozenset(out_columns.names())  # the output fields, fixed ones included
         id_field = source.id_field if source is not None else "id"
         columns = _table_columns(out_columns, in_columns, clash, id_field)
         rows = _JoinedRows(index, outputs_path, source, clash)
