@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import os
 import subprocess
 import sys
 import tempfile
@@ -39,20 +38,30 @@ PREAMBLE = (
     "import sys, time; sys.path.insert(0, {root!r})\n"
     "from pathlib import Path; path = Path({path!r})\n"
 )
-FLOOR = "import pyarrow.parquet, gzip, orjson; from pipeline.records import read_records\n"
+PEAK = (
+    "import atexit, sys\n"
+    "def _peak():\n"
+    "    hwm = next(x for x in open('/proc/self/status') if x.startswith('VmHWM'))\n"
+    "    sys.stderr.write(f'peak-kib {hwm.split()[1]}\\n')\n"
+    "atexit.register(_peak)\n"
+)
+REFINE = (
+    "import runpy; sys.argv[0] = 'refine'\nrunpy.run_module('pipeline.cli', run_name='__main__')\n"
+)
+# Every reading program imports the same modules, so their peaks differ by the reading alone.
+FLOOR = (
+    "import gzip, orjson, pyarrow.parquet as pq\n"
+    "from pipeline.jobs import load_job; from pipeline.records import read_records\n"
+)
 OURS = (
-    "import pyarrow.parquet; from pipeline.jobs import load_job\n"
-    "from pipeline.records import read_records\n"
     "inputs = load_job('commongen').inputs; t = time.perf_counter()\n"
     "n = sum(1 for _ in read_records(path, inputs, 'id')); print(time.perf_counter() - t)\n"
 )
 UNBOUNDED = {
-    "parquet": (
-        "import pyarrow.parquet as pq; rows = pq.read_table(path).to_pylist(); n = len(rows)\n"
-    ),
+    "parquet": "rows = pq.read_table(path).to_pylist(); n = len(rows)\n",
     "jsonl.gz": (
-        "import gzip, orjson; rows = [orjson.loads(x) for x in "
-        "gzip.decompress(path.read_bytes()).splitlines()]; n = len(rows)\n"
+        "rows = [orjson.loads(x) for x in gzip.decompress(path.read_bytes()).splitlines()]\n"
+        "n = len(rows)\n"
     ),
 }
 
@@ -88,26 +97,34 @@ def write_inputs(folder: Path, rows: int, gz_rows: int) -> dict[str, Path]:
     return paths
 
 
-def peak_mib(argv: list[str]) -> tuple[float, float, str]:
-    """(peak resident MiB, wall seconds, stdout) of a child process, from its own rusage."""
+def peak_mib(code: str, *args: str) -> tuple[float, float, str]:
+    """(peak resident MiB, wall seconds, stdout) of ``code`` run in a fresh interpreter.
+
+    The peak is the child's own VmHWM, read as it exits: its rusage would also count
+    the pages of this (larger) process that it was forked from before exec.
+    """
     started = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    out = proc.stdout.read() if proc.stdout is not None else ""
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{argv[:3]} exited {proc.returncode}")
-    return usage.ru_maxrss / 1024, time.monotonic() - started, out
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK + code, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode not in (0, 1):  # 1: a run that finished with failed records
+        raise RuntimeError(f"exited {done.returncode}: {done.stderr[-2000:]}")
+    peak = next(x for x in done.stderr.splitlines() if x.startswith("peak-kib "))
+    return int(peak.split()[1]) / 1024, time.monotonic() - started, done.stdout
 
 
 def python(code: str, path: Path) -> tuple[float, float, str]:
     """Run ``code`` in a fresh interpreter with ``path`` bound; its peak MiB, seconds, output."""
-    program = PREAMBLE.format(root=str(ROOT), path=str(path)) + code + "print(n)\n"
-    return peak_mib([sys.executable, "-c", program])
+    program = PREAMBLE.format(root=str(ROOT), path=str(path)) + FLOOR + code + "print(n)\n"
+    return peak_mib(program)
 
 
 def reading(paths: dict[str, Path]) -> None:
-    floor, _, _ = python(FLOOR + "n = 0\n", paths["parquet"])
+    floor, _, _ = python("n = 0\n", paths["parquet"])
     for fmt in ("parquet", "jsonl.gz"):
         ours, _, out = python(OURS, paths[fmt])
         whole, _, _ = python(UNBOUNDED[fmt], paths[fmt])
@@ -123,17 +140,18 @@ def reading(paths: dict[str, Path]) -> None:
 
 def starting(paths: dict[str, Path], limit: int, folder: Path) -> None:
     baseline = None  # plain JSONL's time to the first call: what the others compare with
+    peak_mib("import pipeline.cli, pyarrow.parquet")  # warm the page cache: first is not slower
     with Simulator(SimConfig(latency_s=0.01), keep_requests=True) as sim:
         for fmt, path in paths.items():
             t0 = time.monotonic() - sim.uptime_s  # the simulator's clock zero, on ours
             seen = len(sim.requests)
             started = time.monotonic()
             argv = [
-                sys.executable, "-m", "pipeline.cli", "run", "commongen", str(path),
+                "run", "commongen", str(path),
                 "--out", str(folder / f"run-{fmt.replace(' ', '-')}"), "--base-url", sim.url,
                 "--model", "m", "--max-iters", "0", "--limit", str(limit), "--quiet",
             ]  # fmt: skip
-            peak, wall, _ = peak_mib(argv)
+            peak, wall, _ = peak_mib(REFINE, *argv)
             first = t0 + min(r.t for r in sim.requests[seen:]) - started
             counted = time.monotonic()
             rows = count_records(path)
