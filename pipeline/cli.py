@@ -16,6 +16,7 @@ import orjson
 from . import estimate as estimate_mod
 from . import status as status_mod
 from .errors import AuthError, ConfigError, RefineError, StoreError
+from .export import export
 from .jobs import builtin_jobs, load_job
 from .runner import EXIT, RunSummary, aresume, arun
 from .settings import Settings, parse_shard
@@ -72,7 +73,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "input",
         type=Path,
-        help="input file: JSONL (also .gz, .bz2, .xz, .zst), Parquet or CSV",
+        help="input file: JSONL (also .gz, .bz2, .xz, .zst, recognised by content), "
+        "Parquet, or CSV with a header row; for Parquet and CSV a record's line is its "
+        "1-based row number",
     )
     p.add_argument("--model", default=_DEFAULTS.model, help="model name (default %(default)s)")
     p.add_argument(
@@ -290,6 +293,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
 
     sub.add_parser("jobs", help="list built-in jobs and their input fields")
+
+    p = sub.add_parser(
+        "export", help="write a run's outputs as Parquet, CSV or JSONL (by the extension)"
+    )
+    p.add_argument("run_dir", type=Path)
+    p.add_argument(
+        "output", type=Path, help="file to write: .parquet, .csv, .csv.gz, .jsonl or .jsonl.gz"
+    )
+    p.add_argument(
+        "--with-input",
+        action="store_true",
+        help="add each record's own input columns, joined by id",
+    )
     return parser
 
 
@@ -434,6 +450,18 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    done = export(args.run_dir, args.output, with_input=args.with_input)
+    _Console.print(f"{done.rows} rows written to {done.path} ({done.format})")
+    if done.without_input:
+        _Console.print(
+            f"{done.without_input} rows without input columns: their record was not found "
+            "in the input",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def _cmd_jobs(_: argparse.Namespace) -> int:
     for name, path in builtin_jobs().items():
         job = load_job(str(path))
@@ -454,6 +482,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "report": _cmd_report,
     "estimate": _cmd_estimate,
     "cancel": _cmd_cancel,
+    "export": _cmd_export,
 }
 
 

@@ -34,7 +34,7 @@ from .jobs import Job, load_job
 from .limits import estimate_tokens
 from .loop import build_messages
 from .prices import PriceBook, price_book
-from .records import Record, count_lines, read_records
+from .records import Record, count_records, read_records
 from .settings import Settings
 
 __all__ = [
@@ -256,8 +256,8 @@ def render(est: Estimate) -> str:
 
 
 def input_records(input_path: Path, settings: Settings) -> int:
-    """Input lines the run would cover (its shard's share, estimated)."""
-    lines = count_lines(input_path)
+    """Input records the run would cover (its shard's share, estimated)."""
+    lines = count_records(input_path)
     if settings.limit is not None:
         lines = min(lines, settings.limit)
     if settings.shard is not None:

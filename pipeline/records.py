@@ -1,14 +1,16 @@
-"""Reading input: a JSONL file streamed into records, bad lines into errors.
+"""Reading input: an input file streamed into records, bad lines into errors.
 
-Memory stays bounded whatever the file size: lines are read one at a time, and
-the only state kept per record is an 8-byte digest of its id (to report
+The formats (JSONL plain or compressed, CSV, Parquet) are ``pipeline.inputs``; here
+their rows become records: fields checked against the job, ids given, duplicates
+reported. Memory stays bounded whatever the file size: rows are read a batch at a
+time, and the only state kept per record is an 8-byte digest of its id (to report
 duplicates with the line where the id first appeared).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,12 +18,20 @@ from typing import Any
 import orjson
 
 from .errors import InputError
+from .inputs import BOM, Row, count_rows, fingerprint, read_rows, same_input
 from .jobs import InputField
 
-__all__ = ["Record", "count_lines", "fingerprint", "read_records", "record_id"]
+__all__ = [
+    "Record",
+    "count_lines",
+    "count_records",
+    "fingerprint",
+    "read_records",
+    "record_id",
+    "same_input",
+    "to_record",
+]
 
-_BOM = b"\xef\xbb\xbf"
-_FINGERPRINT_BYTES = 1 << 20
 RAW_BYTES = 800  # of a broken line, kept for the error report
 
 
@@ -47,8 +57,8 @@ def record_id(obj: dict[str, Any], id_field: str) -> str:
 
 def parse_line(raw: bytes, line: int, inputs: Sequence[InputField], id_field: str) -> Record:
     """Turn one raw input line into a record, or raise InputError saying why."""
-    if line == 1 and raw.startswith(_BOM):
-        raw = raw[len(_BOM) :]
+    if line == 1 and raw.startswith(BOM):
+        raw = raw[len(BOM) :]
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -59,6 +69,13 @@ def parse_line(raw: bytes, line: int, inputs: Sequence[InputField], id_field: st
         raise InputError(line, f"invalid JSON: {err}") from err
     if not isinstance(obj, dict):
         raise InputError(line, f"expected a JSON object, got {_json_type(obj)}")
+    return to_record(obj, line, inputs, id_field)
+
+
+def to_record(
+    obj: dict[str, Any], line: int, inputs: Sequence[InputField], id_field: str
+) -> Record:
+    """Check a row's values against the job's fields and give it its id; InputError if not."""
     for f in inputs:
         if f.name not in obj or obj[f.name] is None:
             if f.required:
@@ -77,54 +94,50 @@ def parse_line(raw: bytes, line: int, inputs: Sequence[InputField], id_field: st
 def read_records(
     path: Path, inputs: Sequence[InputField], id_field: str
 ) -> Iterator[Record | InputError]:
-    """Yield a Record or an InputError for every non-blank line, in order.
+    """Yield a Record or an InputError for every non-blank line or row, in order.
 
     Blank lines (whitespace only) are skipped: they are not records. Duplicate ids
     after the first are yielded as InputErrors naming the first line.
     """
     seen: dict[bytes, int] = {}
-    with path.open("rb") as fh:
-        for line, raw in enumerate(fh, start=1):
-            raw = raw.rstrip(b"\r\n")
-            if line == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM) :]
-            if not raw.strip():
-                continue
-            try:
-                rec = parse_line(raw, line, inputs, id_field)
-            except InputError as err:
-                err.raw = raw[:RAW_BYTES].decode("utf-8", "replace")
-                yield err
-                continue
-            key = hashlib.blake2b(rec.id.encode(), digest_size=8).digest()
-            first = seen.setdefault(key, line)
-            if first != line:
-                dup = InputError(line, f"duplicate id {rec.id!r} (first on line {first})", id_field)
-                dup.raw = raw[:RAW_BYTES].decode("utf-8", "replace")
-                yield dup
-                continue
-            yield rec
+    for row in read_rows(path, inputs):
+        if isinstance(row, InputError):
+            yield row
+            continue
+        try:
+            if isinstance(row.data, bytes):
+                rec = parse_line(row.data, row.line, inputs, id_field)
+            else:
+                rec = to_record(row.data, row.line, inputs, id_field)
+        except InputError as err:
+            err.raw = _raw(row)
+            yield err
+            continue
+        key = hashlib.blake2b(rec.id.encode(), digest_size=8).digest()
+        first = seen.setdefault(key, rec.line)
+        if first != rec.line:
+            dup = InputError(rec.line, f"duplicate id {rec.id!r} (first on line {first})", id_field)
+            dup.raw = _raw(row)
+            yield dup
+            continue
+        yield rec
+
+
+def count_records(path: Path, tick: Callable[[], None] | None = None) -> int:
+    """Records an input holds, bad lines included (what ``read_records`` yields)."""
+    return count_rows(path, tick)
 
 
 def count_lines(path: Path) -> int:
-    """Non-blank lines of an input file: the records it holds, bad lines included."""
+    """Non-blank lines of a plain JSONL file (such as errors.jsonl)."""
     with path.open("rb") as fh:
         return sum(1 for raw in fh if raw.strip())
 
 
-def fingerprint(path: Path) -> dict[str, Any]:
-    """Identify an input by its first MiB, so appending records keeps its identity."""
-    with path.open("rb") as fh:
-        head = fh.read(_FINGERPRINT_BYTES)
-    return {"head_bytes": len(head), "head_sha256": hashlib.sha256(head).hexdigest()}
-
-
-def same_input(path: Path, recorded: dict[str, Any]) -> bool:
-    """Whether ``path`` is the recorded input, possibly with records appended."""
-    n = int(recorded["head_bytes"])
-    with path.open("rb") as fh:
-        head = fh.read(n)
-    return len(head) == n and hashlib.sha256(head).hexdigest() == recorded["head_sha256"]
+def _raw(row: Row) -> str:
+    """The start of a row, for the error report."""
+    data = row.data if isinstance(row.data, bytes) else orjson.dumps(row.data, default=str)
+    return data[:RAW_BYTES].decode("utf-8", "replace")
 
 
 def _json_type(obj: Any) -> str:

@@ -16,7 +16,7 @@ import orjson
 
 from .errors import ConfigError, RunDirError, RunLocked, StoreError
 from .manifest import Manifest, now_iso
-from .records import count_lines
+from .records import count_lines, count_records
 
 __all__ = ["Expected", "RunDir", "write_json_atomic"]
 
@@ -138,7 +138,7 @@ class RunDir:
     def expected(self, manifest: Manifest) -> Expected:
         """The records this run ends with, counted from its input and errors.jsonl."""
         try:
-            lines: int | None = count_lines(Path(manifest.input.path))
+            lines: int | None = count_records(Path(manifest.input.path))
         except (OSError, ConfigError):
             lines = None
         bad = count_lines(self.errors_path) if self.errors_path.exists() else 0

@@ -35,6 +35,7 @@ from .errors import (
     StoreError,
     UnavailableError,
 )
+from .inputs import check_input
 from .jobs import Job, load_job
 from .limits import Limiter
 from .loop import Policy, refine_record
@@ -43,7 +44,7 @@ from .outputs import Outputs
 from .pool import run_pool
 from .prices import PriceBook, price_book
 from .progress import Counters, Progress
-from .records import Record, count_lines, fingerprint, read_records, same_input
+from .records import Record, count_records, fingerprint, read_records, same_input
 from .rundir import RunDir
 from .settings import Settings, resolve
 from .shards import shard_of
@@ -313,7 +314,10 @@ class Session:
     async def count_input(self) -> None:
         """Set the progress total once the input is counted (runs beside the records)."""
         try:
-            lines = await anyio.to_thread.run_sync(count_lines, self.input_path)
+            # check_cancelled: the count of a large input stops when the run ends.
+            lines = await anyio.to_thread.run_sync(
+                count_records, self.input_path, anyio.from_thread.check_cancelled
+            )
         except (OSError, ConfigError) as err:
             log.warning("cannot count the lines of %s: %s", self.input_path, err)
             return
@@ -587,8 +591,7 @@ async def arun(
     """
     job = load_job(job) if isinstance(job, str) else job
     input_path = Path(input_path)
-    if not input_path.is_file():
-        raise ConfigError(f"input file not found: {input_path}")
+    check_input(input_path)  # a ConfigError naming the file and the formats accepted
     settings = resolve(settings or Settings(), job.max_iters)
     driver = _driver(settings)
     if api_key is None:
@@ -605,10 +608,11 @@ async def arun(
                 )
             if settings.budget is not None:
                 _check_budget(prices, generator, critic_side)
-            manifest = _manifest(
-                job, input_path, settings, generator, critic_side, fingerprint(input_path)
-            )
             old = rd.read_manifest()
+            # A Parquet input's fingerprint hashes the whole file: only a new run takes it
+            # (a continued run keeps its own, checked by same_input below).
+            known = old.input.fingerprint if old is not None else fingerprint(input_path)
+            manifest = _manifest(job, input_path, settings, generator, critic_side, known)
             if old is not None:
                 refuse_different(old, manifest, str(rd.path))
                 if not same_input(input_path, old.input.fingerprint):

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
+
+from pipeline import RunSummary, Settings, run
+from pipeline.testing.simulator import Simulator
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 
-def write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     """Write ``rows`` as a JSONL file."""
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     return path
@@ -28,3 +33,17 @@ def tasks(n: int, start: int = 0) -> list[dict[str, object]]:
         {"id": f"r{i}", "task": f"Write a Python function number {i} that sums a list"}
         for i in range(start, start + n)
     ]
+
+
+def concept_rows(n: int) -> list[dict[str, Any]]:
+    """``n`` distinct commongen records: an integer id and a list of 3 to 6 concepts."""
+    return [
+        {"id": i, "concepts": [f"word{(i + 7 * j) % 31}" for j in range(3 + i % 4)]}
+        for i in range(n)
+    ]
+
+
+def run_commongen(sim: Simulator, inp: Path, out: Path) -> RunSummary:
+    """Run commongen over ``inp`` into ``out`` against ``sim``, one refinement at most."""
+    settings = Settings(model="sim-model", base_url=sim.url, max_iters=1, concurrency=32)
+    return run("commongen", inp, out, settings, api_key="k", show_progress=False)
