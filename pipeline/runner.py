@@ -141,28 +141,31 @@ def _manifest(
 @contextlib.asynccontextmanager
 async def _endpoint(
     settings: Settings, run_dir: Path
-) -> AsyncIterator[tuple[str, str | None, int | None, str]]:
-    """(model name, base URL, parallel slots, structured level) to use; starts a local model."""
+) -> AsyncIterator[tuple[str, str | None, int | None, str, dict[str, Any] | None]]:
+    """(model name, base URL, slots, structured level, local model provenance) to use.
+
+    Starts the local model's server for ``--local``; its errors are ConfigErrors (exit 2).
+    """
     if not settings.local:
         yield (
             settings.model,
             settings.base_url or os.environ.get("OPENAI_BASE_URL"),
             None,
             settings.structured,
+            None,
         )
         return
-    from .local import LocalModelError, LocalServer, resolve_model  # the optional extra
+    from . import local  # the optional extra
 
+    local.check_llama_cpp()  # before downloading hundreds of MB, not after
+    # Resolving may download and hash the model: keep the event loop free.
+    model = await anyio.to_thread.run_sync(local.resolve_model, settings.local_model)
+    server = local.LocalServer(
+        model, log_dir=run_dir, parallel=local.slots_for(settings.concurrency)
+    )
+    await server.__aenter__()
     try:
-        # Resolving may download and hash the model: keep the event loop free.
-        model = await anyio.to_thread.run_sync(resolve_model, settings.local_model)
-        server = LocalServer(model, log_dir=run_dir)
-        await server.__aenter__()
-    except LocalModelError as err:
-        raise ConfigError(str(err)) from err
-    try:
-        # llama.cpp's server takes json_object with a schema and refuses json_schema.
-        yield server.model, server.base_url, server.parallel, "json_object"
+        yield server.model, server.base_url, server.parallel, server.structured, model.provenance()
     finally:
         with anyio.CancelScope(shield=True):
             await server.__aexit__(None, None, None)
@@ -197,16 +200,19 @@ async def arun(
         api_key = os.environ.get("OPENAI_API_KEY")
     rd = RunDir(Path(out_dir))
     with rd.lock():
-        async with _endpoint(settings, rd.path) as (model, base_url, parallel, structured):
+        async with _endpoint(settings, rd.path) as endpoint:
+            model, base_url, parallel, structured, local_model = endpoint
             model_id = model if not settings.local else f"local:{model}"
             if client is None and not settings.local and not base_url and not api_key:
                 raise ConfigError(
                     "OPENAI_API_KEY is not set (or give --base-url for a server "
                     "that needs no key, or --local)"
                 )
-            # the structured level actually tried first (json_object for a local server)
+            # the structured level actually tried first (the local server's, with --local)
             shown = replace(settings, structured=structured)
             manifest = _manifest(job, input_path, shown, model_id, base_url, max_iters)
+            if local_model is not None:
+                manifest["local_model"] = local_model  # file, SHA-256 and where it came from
             old = rd.read_manifest()
             if old is not None:
                 rd.check_same(old, manifest)
