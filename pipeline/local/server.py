@@ -55,7 +55,8 @@ DEFAULT_SLOTS = 4
 ``scripts/bench_local.py`` on a 2-core machine (see the README's figures)."""
 
 SLOT_CTX = 4096
-"""Context tokens per slot: the longest refine prompt of the built-in jobs with its answer."""
+"""Context tokens per slot (what the one-slot server had): prompt, history and answer of
+one call must fit; a call that does not is refused by the server and fails its record."""
 
 LOOPBACK = "127.0.0.1"
 INSTALL_HINT = "pip install 'refine[local]' (or set REFINE_LLAMA_SERVER to a llama-server binary)"
