@@ -51,8 +51,9 @@ __all__ = [
 ]
 
 DEFAULT_SLOTS = 4
-"""Slots (sequences decoded together) when ``--concurrency`` allows: chosen with
-``scripts/bench_local.py`` on a 2-core machine (see the README's figures)."""
+"""Slots (sequences decoded together) when ``--concurrency`` allows. On a 2-core machine
+4 slots gave 2.35x the tokens per second of one, and 8 no more (``scripts/bench_local.py``;
+the README has the figures)."""
 
 SLOT_CTX = 4096
 """Context tokens per slot (what the one-slot server had): prompt, history and answer of
