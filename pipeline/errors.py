@@ -8,7 +8,13 @@ with ``raise ... from err``::
     │   ├── JobError           a job file is invalid (names the key)
     │   ├── RunDirError        RUN_DIR belongs to another job, model or input
     │   ├── RunLocked          another process holds RUN_DIR
-    │   └── BatchFailed        the Batch API refused a batch for good (its errors shown)
+    │   ├── BatchFailed        the Batch API refused a batch for good (its errors shown)
+    │   └── LocalModelError    the local model cannot be had or served (pipeline.local)
+    │       ├── UnknownModelError      not a known name, hf: reference or .gguf file
+    │       ├── ModelFetchError        packages or the hub could not deliver the file
+    │       │   └── ModelIntegrityError    the file has the wrong SHA-256 or size
+    │       ├── LlamaCppMissingError   the local extra (llama-server) is not installed
+    │       └── ServerStartError       llama-server exited or never answered
     ├── InputError             one input line cannot become a record (line, field)
     ├── CallError              one model call failed for good: fails its record
     │   └── FatalCallError     the failure would hit every record: stops the run
@@ -65,6 +71,30 @@ class BatchFailed(ConfigError):
         if more > 0:
             shown += f"; and {more} more"
         super().__init__(f"{message}{': ' + shown if shown else ''}; its records stay pending")
+
+
+class LocalModelError(ConfigError):
+    """The local model cannot be resolved, fetched or served; the run cannot start."""
+
+
+class UnknownModelError(LocalModelError, ValueError):
+    """The name is not a registered model, an ``hf:`` reference or a usable .gguf file."""
+
+
+class ModelFetchError(LocalModelError):
+    """The model file could not be downloaded or assembled."""
+
+
+class ModelIntegrityError(ModelFetchError):
+    """The file does not have the SHA-256 or size it was published with."""
+
+
+class LlamaCppMissingError(LocalModelError):
+    """llama.cpp's server (the ``local`` extra) is not installed."""
+
+
+class ServerStartError(LocalModelError):
+    """The llama.cpp server exited or did not become ready while starting."""
 
 
 class InputError(RefineError):

@@ -75,6 +75,8 @@ class Manifest:
     feedback_model: str | None  # the critic, when it is another model
     base_url: str | None  # the generator's (first) endpoint, credentials dropped
     settings: Settings  # the values in force (resolved: max_iters, timeout)
+    local_model: dict[str, Any] | None = None  # the embedded generator's file and origin
+    feedback_local_model: dict[str, Any] | None = None  # the embedded critic's, if another
     version: str = field(default_factory=package_version)
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
@@ -125,6 +127,12 @@ class Manifest:
             "base_url": clean_url(self.base_url),
             "input": asdict(self.input),
             "settings": settings,
+            **({"local_model": self.local_model} if self.local_model else {}),
+            **(
+                {"feedback_local_model": self.feedback_local_model}
+                if self.feedback_local_model
+                else {}
+            ),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "runs": self.runs,
@@ -151,6 +159,8 @@ class Manifest:
                 feedback_model=data.get("feedback_model"),
                 base_url=data.get("base_url"),
                 settings=settings_from_json(stored),
+                local_model=data.get("local_model"),
+                feedback_local_model=data.get("feedback_local_model"),
                 version=str(data.get("version", "0+unknown")),
                 created_at=str(data.get("created_at") or now_iso()),
                 updated_at=str(data.get("updated_at") or now_iso()),

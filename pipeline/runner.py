@@ -206,6 +206,7 @@ class _Endpoint:
     urls: tuple[str, ...]
     structured: str
     slots: int | None  # requests the server computes at once (a local server), else None
+    provenance: dict[str, Any] | None = None  # a local model's file, SHA-256 and origin
 
 
 class Session:
@@ -455,24 +456,25 @@ def _resolve_endpoint(settings: Settings) -> _Endpoint:
 
 
 @contextlib.asynccontextmanager
-async def _local_server(name: str | None, run_dir: Path) -> AsyncIterator[_Endpoint]:
-    from .local import LocalModelError, LocalServer, resolve_model
+async def _local_server(
+    name: str | None, run_dir: Path, concurrency: int
+) -> AsyncIterator[_Endpoint]:
+    """Start llama.cpp's server for a local model; its errors are ConfigErrors (exit 2)."""
+    from . import local
 
+    local.check_llama_cpp()  # before downloading hundreds of MB, not after
+    # Resolving may download and hash the model: keep the event loop free.
+    model = await anyio.to_thread.run_sync(local.resolve_model, name)
+    server = local.LocalServer(model, log_dir=run_dir, parallel=local.slots_for(concurrency))
+    await server.__aenter__()
     try:
-        # Resolving may download and hash the model: keep the event loop free.
-        model = await anyio.to_thread.run_sync(resolve_model, name)
-        server = LocalServer(model, log_dir=run_dir)
-        await server.__aenter__()
-    except LocalModelError as err:
-        raise ConfigError(str(err)) from err
-    try:
-        # llama.cpp's server takes json_object with a schema and refuses json_schema.
         yield _Endpoint(
             server.model,
             f"local:{server.model}",
             (server.base_url,),
-            "json_object",
+            server.structured,
             server.parallel,
+            model.provenance(),
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -487,7 +489,7 @@ async def _endpoints(
     async with contextlib.AsyncExitStack() as stack:
         if settings.local:
             generator = await stack.enter_async_context(
-                _local_server(settings.local_model, run_dir)
+                _local_server(settings.local_model, run_dir, settings.concurrency)
             )
         else:
             generator = _resolve_endpoint(settings)
@@ -496,7 +498,11 @@ async def _endpoints(
             name = settings.critic_local_model
             same = settings.local and (name is None or name == settings.local_model)
             critic = (
-                generator if same else await stack.enter_async_context(_local_server(name, run_dir))
+                generator
+                if same
+                else await stack.enter_async_context(
+                    _local_server(name, run_dir, settings.concurrency)
+                )
             )
         elif settings.feedback_model is not None:
             urls = (
@@ -556,8 +562,10 @@ def _manifest(
         model=generator.model_id,
         feedback_model=None if critic is None else critic.model_id,
         base_url=clean_url(generator.urls[0]) if generator.urls else None,
-        # the structured level actually tried first (json_object for a local server)
+        # the structured level actually tried first (the local server's, with --local)
         settings=replace(settings, structured=generator.structured),
+        local_model=generator.provenance,
+        feedback_local_model=None if critic is None else critic.provenance,
     )
 
 

