@@ -101,6 +101,15 @@ def _feedback_on(steps: Sequence[Step], iteration: int) -> Step | None:
     )
 
 
+def _reaches_the_end(text: str, output: str) -> bool:
+    """Whether the artifact runs to the end of the answer (so a cut-off answer cut it too).
+
+    A program whose block was closed before the prose after it ran out is whole.
+    """
+    lines = output.rstrip().splitlines()
+    return not lines or text.rstrip().endswith(lines[-1].rstrip())
+
+
 def _retry_cut_off(steps: Sequence[Step]) -> bool:
     """Whether the last step is a feedback cut off at max_tokens for the first time."""
     last = steps[-1]
@@ -452,7 +461,7 @@ async def make_step(
             f"{job.copy_temperature:g}",
         }
     metrics, found = await _evaluate(job, record, output, checks)
-    if checks and comp.finish_reason == "length":
+    if checks and comp.finish_reason == "length" and _reaches_the_end(comp.text, output):
         found = [*(found or []), CUT_OFF]  # a verified problem: the refine step shortens it
     return Step(
         role,

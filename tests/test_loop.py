@@ -494,8 +494,9 @@ async def test_resume_of_a_finished_record_makes_no_call() -> None:
 
 @pytest.mark.anyio
 async def test_answer_cut_off_at_max_tokens_is_a_finding() -> None:
-    """An answer cut off at max_tokens is marked, vetoes done, and the refine step is told."""
-    cut = Completion(code("v0"), 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
+    """An answer cut off inside its code is marked, vetoes done, and the refine step is told."""
+    text = "Here you go:\n```python\nv0"  # the block never closed
+    cut = Completion(text, 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
     outcome, client, _ = await run(
         [cut, feedback(3, done=True), code("v1"), feedback(4, done=True)]
     )
@@ -504,6 +505,15 @@ async def test_answer_cut_off_at_max_tokens_is_a_finding() -> None:
     assert CUT_OFF in client.messages[2][-1]["content"]
     assert (outcome.status, outcome.stop_reason, outcome.output) == ("done", "done", "v1")
     assert client.penalties == [None] * 4  # answers are refined, not retried
+
+
+@pytest.mark.anyio
+async def test_answer_whose_prose_was_cut_off_is_whole() -> None:
+    """Only the prose after a closed code block ran out: the code stands, with no finding."""
+    text = code("v0") + "\nThis code adds the numbers one by one, and then it"
+    cut = Completion(text, 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
+    outcome, _, _ = await run([cut, feedback(3, done=True)])
+    assert outcome.steps[0].checks is None and outcome.stop_reason == "done"
 
 
 def cut_off(text: str) -> Completion:
