@@ -36,6 +36,15 @@ def _results(output: str) -> tuple[list[str], TestsRun | None]:
     return units, _run(code, tuple(units))
 
 
+def _located(output: str, problem: str) -> str:
+    """``problem`` ("line 3: ...") with the offending line of the tests quoted."""
+    tests = answers.split(output)[1].splitlines()
+    number = problem.removeprefix("line ").split(":", 1)[0]
+    if number.isdigit() and 0 < int(number) <= len(tests):
+        return f"{problem} (`{tests[int(number) - 1].strip()[:120]}`)"
+    return problem
+
+
 def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
     """``tests_passed`` / ``tests_total`` of the answer's own tests, and which ones failed."""
     code, _ = answers.split(output)
@@ -61,6 +70,10 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         return [f"Fix the syntax error at {problem}."]
     found = answers.comment_commentary(code, tests=True)
     units, run = _results(output)
+    tests_problem = syntax_problem(answers.split(output)[1])
+    if units and tests_problem is not None:
+        found.append(f"Fix the syntax error in the tests at {_located(output, tests_problem)}.")
+        return found
     if not units:
         found.append(
             "Add tests: a second ```python block of assert statements that call the code "

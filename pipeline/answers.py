@@ -240,7 +240,7 @@ def _split_block(source: str, code_names: set[str], *, first: bool) -> tuple[str
         return split(source)
     tree = _parse(source)
     if tree is None:
-        return (source, "") if first else ("", "")
+        return _split_unparsable(source) if first else ("", "")
     segments = _segments(source, tree)
     if not any(_is_test(node) for node, _ in segments):
         return (source, "") if first else ("", "")
@@ -259,6 +259,20 @@ def _split_block(source: str, code_names: set[str], *, first: bool) -> tuple[str
         else:
             tests.append(text)
     return "".join(code).strip("\n"), "".join(tests).strip("\n")
+
+
+_TEST_START = re.compile(r"(?:assert\b|def test|class Test|if __name__|#.*\btests?\b)", re.I)
+
+
+def _split_unparsable(source: str) -> tuple[str, str]:
+    """(code, tests) of a block that does not parse: cut at the first line, at the left
+    margin, that starts the tests, when the code before it parses (the syntax error is
+    then the tests', and the finding can say so); else all code."""
+    lines = source.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if i and _TEST_START.match(line) and _parse("".join(lines[:i])) is not None:
+            return "".join(lines[:i]).strip("\n"), "".join(lines[i:]).strip("\n")
+    return source, ""
 
 
 def code_with_tests(text: str) -> str:

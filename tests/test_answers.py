@@ -117,6 +117,12 @@ def test_extract_text(text: str, expected: str) -> None:
             f"```python\n{join(FIB, FIB_TESTS)}\n```", FIB, FIB_TESTS, id="marker-kept-by-model"
         ),
         pytest.param("```python\ndef f(:\n```", "def f(:", "", id="syntax-error-is-code"),
+        pytest.param(
+            f'```python\n{FIB}\n\n# Tests\nassert fib(1) == 1\nassert fib("]) == 0\n```',
+            FIB,
+            '# Tests\nassert fib(1) == 1\nassert fib("]) == 0',
+            id="syntax-error-in-the-tests",
+        ),
     ],
 )
 def test_code_with_tests_keeps_code_and_tests_apart(answer: str, code: str, tests: str) -> None:

@@ -756,6 +756,11 @@ ADD = "def add(a, b):\n    return a + b"
             ],
         ),
         ("", (0, 0, []), ["Give the complete code in the first ```python block."]),
+        (
+            join(ADD, "assert add(1, 2) == 3\nassert add('(]) == 0"),
+            (0, 1, ["assert add(1, 2) == 3 assert add('(]) == 0"]),  # whitespace-normalized
+            ["Fix the syntax error in the tests at line 2: unterminated string literal"],
+        ),
     ],
 )
 def test_code_improve_evaluate_and_check(
