@@ -137,6 +137,16 @@ def score_code_run(run_dir: Path, hidden: dict[str, list[str]]) -> CodeResult:
     return CodeResult(by_iteration, chosen, (passed, total), stops)
 
 
+def restrict(result: CodeResult, ids: set[str]) -> CodeResult:
+    """The result for some of the records (own-test counts are left out)."""
+    return CodeResult(
+        {k: v for k, v in result.by_iteration.items() if k in ids},
+        {k: v for k, v in result.chosen.items() if k in ids},
+        (0, 0),
+        {},
+    )
+
+
 def carried(by_iteration: dict[int, bool], t: int) -> bool:
     """The record's latest answer at or before iteration t passes."""
     return by_iteration[max(i for i in by_iteration if i <= t)]
@@ -162,12 +172,15 @@ def code_table(results: dict[str, CodeResult], max_iters: int) -> str:
         first = {rid: b.get(0, False) for rid, b in r.by_iteration.items()}
         gained = sorted(rid for rid, ok in r.chosen.items() if ok and not first[rid])
         lost = sorted(rid for rid, ok in r.chosen.items() if not ok and first[rid])
-        notes.append(
-            f"{name}: gained {len(gained)} ({', '.join(gained) or '-'}), lost {len(lost)} "
-            f"({', '.join(lost) or '-'}); the chosen outputs' own tests pass "
-            f"{r.own_tests[0]}/{r.own_tests[1]}; stop reasons "
-            + ", ".join(f"{k} {v}" for k, v in sorted(r.stop_reasons.items()))
-        )
+        note = f"{name}: gained {len(gained)} ({', '.join(gained) or '-'}), lost {len(lost)} "
+        note += f"({', '.join(lost) or '-'})"
+        if r.own_tests[1]:
+            note += f"; the chosen outputs' own tests pass {r.own_tests[0]}/{r.own_tests[1]}"
+        if r.stop_reasons:
+            note += "; stop reasons " + ", ".join(
+                f"{k} {v}" for k, v in sorted(r.stop_reasons.items())
+            )
+        notes.append(note)
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 
@@ -214,6 +227,12 @@ def main() -> None:
     parser.add_argument("--conditions", default="c")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument(
+        "--held-out",
+        type=int,
+        default=0,
+        help="code: also report the last N records apart (held out while writing prompts)",
+    )
+    parser.add_argument(
         "--data", type=Path, default=ROOT.parent / "shared" / "data", help="the shared data sets"
     )
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "quality")
@@ -251,6 +270,15 @@ def main() -> None:
             scored = {k: score_code_run(v, hidden) for k, v in runs.items()}
             table = code_table(scored, args.max_iters)
             title = "hidden tests passed, by iteration (carried forward)"
+            if args.held_out:
+                ids = [row["id"] for row in rows(inp)]
+                for label, part in (
+                    ("used while writing the prompts", ids[: -args.held_out]),
+                    ("held out", ids[-args.held_out :]),
+                ):
+                    parts = {k: restrict(v, set(part)) for k, v in scored.items()}
+                    table += f"\nRecords {label} ({', '.join(part)}):\n\n"
+                    table += code_table(parts, args.max_iters)
         else:
             table = metric_table(runs, task, args.max_iters)
             title = "mean by iteration (carried forward; records with a value)"
