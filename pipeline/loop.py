@@ -79,6 +79,12 @@ class Call:
     max_tokens: int
     frequency_penalty: float | None = None  # only on the retry of a cut-off feedback
 
+    def sampling(self) -> dict[str, float]:
+        """Sampling settings beyond the temperature, as request-body fields (often none)."""
+        return (
+            {} if self.frequency_penalty is None else {"frequency_penalty": self.frequency_penalty}
+        )
+
 
 # -- pure parts --------------------------------------------------------------------------------
 
@@ -553,9 +559,8 @@ async def refine_record(
         if isinstance(call, Stop):
             return finish(job, record, steps, call.reason)
         model = critic if critic is not None and call.role == "feedback" else client
-        options: dict[str, Any] = {}
-        if call.frequency_penalty is not None:  # so clients without the keyword keep working
-            options["frequency_penalty"] = call.frequency_penalty
+        # Passed only when set, so clients written without the keyword keep working.
+        options: dict[str, Any] = call.sampling()
         try:
             comp = await model.complete(
                 call.messages,

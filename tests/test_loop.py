@@ -15,10 +15,12 @@ from pipeline.jobs import InputField, Job, load_job
 from pipeline.loop import (
     CUT_OFF,
     RETRY_FREQUENCY_PENALTY,
+    Call,
     Policy,
     Stop,
     build_messages,
     choose,
+    next_call,
     plan,
     refine_record,
     render_history,
@@ -604,3 +606,16 @@ def test_min_iters_overrides_early_done() -> None:
     assert plan([gen(), fb(0, score=10)], SCORED, 2, 1) == ("refine", 1)
     later = [*steps, ref(1, "better"), fb(1, done=True)]
     assert plan(later, SCORED, max_iters=2, min_iters=1) == Stop("done")
+
+
+def test_next_call_after_a_cut_off_feedback_carries_the_penalty() -> None:
+    """The Batch API and Ray drivers get the retry's penalty from next_call, as body fields."""
+    draft = Step("generate", 0, [], code("v0"), None, USAGE, 0.1, 1, output="v0")
+    cut = Step(
+        "feedback", 0, [], RUNAWAY, None, USAGE, 0.1, 1, error={"type": "length", "message": "m"}
+    )
+    retry = next_call(SCORED, RECORD, [draft, cut], Policy(3))
+    assert isinstance(retry, Call) and (retry.role, retry.iteration) == ("feedback", 0)
+    assert retry.sampling() == {"frequency_penalty": RETRY_FREQUENCY_PENALTY}
+    first = next_call(SCORED, RECORD, [draft], Policy(3))
+    assert isinstance(first, Call) and first.sampling() == {}
