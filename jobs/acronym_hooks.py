@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline.answers import meta_commentary
+
 _LABEL = re.compile(r"^\W*(?:(?:the|new|improved|final)\s+)*acronym\s*(?:is)?\s*[:=\-]?\s*", re.I)
 _TOKEN = re.compile(r"[^\W_][\w.&'\-]*")
 _WORD = re.compile(r"[^\W_]+")
@@ -69,14 +71,17 @@ def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
 
 
 def check(fields: Mapping[str, Any], output: str) -> list[str]:
-    """An action when the acronym is missing or not spelled from the title's letters."""
+    """An action when the acronym is missing or not spelled from the title's letters, or
+    when a note about the edit follows it."""
     acronym = extract_acronym(output)
     if not acronym:
         return ["Put the acronym alone on the first line of the answer."]
     title = str(fields.get("title") or "")
+    found = meta_commentary(output, "acronym and the line showing its letters")
     if not drawn_from(acronym, title):
-        return [
+        found.insert(
+            0,
             f"'{acronym}' cannot be spelled from the title: build it from the title's letters "
-            "in order, starting with the first letter of a title word."
-        ]
-    return []
+            "in order, starting with the first letter of a title word.",
+        )
+    return found

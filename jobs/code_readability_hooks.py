@@ -12,6 +12,7 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline.answers import comment_commentary
 from pipeline.sandbox import syntax_problem
 
 
@@ -36,8 +37,9 @@ def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
 
 
 def check(fields: Mapping[str, Any], output: str) -> list[str]:
-    """An action when the answer holds no code or code that does not parse."""
+    """An action when the answer holds no code, code that does not parse, or comments
+    about the review."""
     if not output.strip():
         return ["Give the complete program in one ```python block."]
     problem = syntax_problem(output)
-    return [f"Fix the syntax error at {problem}."] if problem else []
+    return [f"Fix the syntax error at {problem}."] if problem else comment_commentary(output)

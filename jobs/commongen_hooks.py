@@ -1,4 +1,9 @@
-"""Hooks for the commongen job: which concepts the sentence uses, inflections counted.
+"""Hooks for the commongen job: one sentence, and which concepts it uses, inflections counted.
+
+The task asks for one sentence, so coverage is measured on the first sentence of the
+answer, as the task defines it; ``one_sentence`` says whether the answer is one, and
+``coverage_any_sentence`` counts the concepts anywhere in it (what appending sentences
+would raise). More than one sentence is a finding, and so is a note about the edit.
 
 A concept counts as used when the sentence holds it or one of its inflected forms:
 plural / third person (-s, -es, -ies, -ves), past (-ed, -d, -ied, doubled consonant),
@@ -12,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from pipeline.answers import meta_commentary
 
 _WORD = re.compile(r"[^\W\d_]+")  # runs of letters
 _VOWELS = frozenset("aeiou")
@@ -156,6 +163,24 @@ def missing(concepts: list[str], sentence: str) -> list[str]:
     return [c for c in concepts if not uses(c, sentence, words)]
 
 
+_SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])|\s*\n\s*")
+_ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "prof", "mt"})
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text``: split after . ! ? before a capital, and at line breaks."""
+    out: list[str] = []
+    start = 0
+    for m in _SENTENCE_END.finditer(text):
+        words = text[start : m.start()].split()
+        if "\n" not in m.group(0) and words and words[-1].lower().strip(".") in _ABBREVIATIONS:
+            continue  # "Mr. Smith": not the end of a sentence
+        out.append(text[start : m.end()].strip())
+        start = m.end()
+    out.append(text[start:].strip())
+    return [s for s in out if s]
+
+
 def _concepts(fields: Mapping[str, Any]) -> list[str]:
     value = fields.get("concepts")
     if isinstance(value, str):  # tolerate "a, b, c"
@@ -165,15 +190,37 @@ def _concepts(fields: Mapping[str, Any]) -> list[str]:
     return [str(c).strip() for c in value if str(c).strip()]
 
 
+def _coverage(concepts: list[str], text: str) -> tuple[float, list[str]]:
+    gone = missing(concepts, text)
+    return (1.0 if not concepts else (len(concepts) - len(gone)) / len(concepts)), gone
+
+
 def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
-    """``{"coverage": share of concepts used, "missing": [...]}``."""
+    """Coverage of the first sentence and its missing concepts, the sentence count, and
+    ``coverage_any_sentence``."""
     concepts = _concepts(fields)
-    gone = missing(concepts, output)
-    coverage = 1.0 if not concepts else (len(concepts) - len(gone)) / len(concepts)
-    return {"coverage": round(coverage, 4), "missing": gone}
+    parts = sentences(output)
+    coverage, gone = _coverage(concepts, parts[0] if parts else "")
+    anywhere, _ = _coverage(concepts, output)
+    return {
+        "coverage": round(coverage, 4),
+        "missing": gone,
+        "sentences": len(parts),
+        "one_sentence": len(parts) == 1,
+        "coverage_any_sentence": round(anywhere, 4),
+    }
 
 
 def check(fields: Mapping[str, Any], output: str) -> list[str]:
-    """One action naming the missing concepts, or nothing when all are used."""
+    """Findings: a note about the edit, more than one sentence, the missing concepts."""
+    found = meta_commentary(output, "sentence")
+    count = len(sentences(output))
+    if count > 1:
+        found.append(
+            f"The answer has {count} sentences; the task asks for exactly one. Join them into "
+            "one sentence (with commas, 'and', 'while', 'as'), keeping every word."
+        )
     gone = missing(_concepts(fields), output)
-    return [f"These words are missing and must be added: {', '.join(gone)}."] if gone else []
+    if gone:
+        found.append(f"These words are missing and must be added: {', '.join(gone)}.")
+    return found

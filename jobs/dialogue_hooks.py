@@ -1,7 +1,8 @@
 """Hooks for the dialogue job: the answer must be one system turn, not a whole conversation.
 
-Small models often reply with the conversation rewritten, turn prefixes included; a
-program can see that, so ``check`` reports it. There is no automatic metric here.
+Small models often reply with the conversation rewritten, turn prefixes included, or
+add a note about what they changed; a program can see both, so ``check`` reports them.
+There is no automatic metric here.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from pipeline.answers import meta_commentary
 
 _TURN = re.compile(r"^\s*(user|system)\s*:", re.I | re.M)
 
@@ -23,4 +26,4 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             "Reply with only the system's next turn: drop the repeated conversation and the "
             "'User:'/'System:' labels."
         ]
-    return []
+    return meta_commentary(output, "reply")

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from pipeline.answers import comment_commentary
 from pipeline.sandbox import SandboxResult, run_python
 
 CALL = "solution()"
@@ -138,4 +139,4 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             f"{CALL} returns {_shown(result.value)}: return the final answer as a number "
             "(an int or a float)."
         ]
-    return []
+    return comment_commentary(output)

@@ -78,6 +78,7 @@ class ModelClient(Protocol):
         schema: Mapping[str, Any] | None,
         temperature: float,
         max_tokens: int,
+        frequency_penalty: float | None = None,
     ) -> Completion: ...
 
 
@@ -190,6 +191,7 @@ class Outcome:
     steps: tuple[Step, ...]
     error: dict[str, Any] | None = None
     scores: tuple[float | None, ...] = field(default=())
+    tests: str | None = None  # the chosen answer's own tests (code-with-tests jobs)
 
     def usage(self) -> dict[str, int]:
         """Tokens and calls summed over the record's steps."""
@@ -204,7 +206,7 @@ class Outcome:
         answers = self.answers()
         metrics = [s.metrics for s in answers]
         chosen = next((s for s in answers if s.iteration == self.chosen_iteration), None)
-        return {
+        line = {
             "id": self.record.id,
             "line": self.record.line,
             "status": self.status,
@@ -220,6 +222,9 @@ class Outcome:
             "cost_usd": cost_usd,
             "error": self.error,
         }
+        if self.tests is not None:
+            line["tests"] = self.tests
+        return line
 
     def trace_line(self) -> dict[str, Any]:
         """The traces.jsonl object."""

@@ -139,16 +139,18 @@ class OpenAIClient:
         schema: Mapping[str, Any] | None,
         temperature: float,
         max_tokens: int,
+        frequency_penalty: float | None = None,
     ) -> Completion:
         """One chat completion, retried as the policy allows.
 
         Raises CallError when the call fails for good, a FatalCallError subclass when the
         run must stop, and BudgetReached when the next attempt cannot be paid for.
         """
+        extra = {} if frequency_penalty is None else {"frequency_penalty": frequency_penalty}
         if self._slots is None:
-            return await self._complete(messages, schema, temperature, max_tokens)
+            return await self._complete(messages, schema, temperature, max_tokens, extra)
         async with self._slots:
-            return await self._complete(messages, schema, temperature, max_tokens)
+            return await self._complete(messages, schema, temperature, max_tokens, extra)
 
     async def _complete(
         self,
@@ -156,6 +158,7 @@ class OpenAIClient:
         schema: Mapping[str, Any] | None,
         temperature: float,
         max_tokens: int,
+        sampling: Mapping[str, float] | None = None,
     ) -> Completion:
         counted = 0  # failed attempts that used up one of the call's retries
         floor = 0  # this call's own structured level, after a bare 400 hinted at the format
@@ -165,7 +168,12 @@ class OpenAIClient:
             endpoint = self.endpoints.pick()
             level = max(self.formats.level, floor)
             sent, extra = self.formats.request(messages, schema, level)
-            body = {"temperature": temperature, "max_tokens": max_tokens, **extra}
+            body = {
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+                **(sampling or {}),
+                **extra,
+            }
             async with self._turn(endpoint):
                 sent_at = self._clock()
                 try:

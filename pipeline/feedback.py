@@ -19,7 +19,7 @@ import orjson
 
 from .errors import FeedbackParseError
 
-__all__ = ["extract_code", "normalize", "parse_feedback", "render_feedback"]
+__all__ = ["normalize", "parse_feedback", "render_feedback"]
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
@@ -145,9 +145,3 @@ def render_feedback(
         shown = value if isinstance(value, str) else orjson.dumps(value).decode()
         lines.append(f"{key.replace('_', ' ').capitalize()}: {shown}")
     return "\n".join(lines)
-
-
-def extract_code(text: str) -> str:
-    """The first fenced code block of an answer, or the answer itself when it has none."""
-    m = _FENCE.search(text)
-    return m.group(2).strip("\n") if m else text.strip()

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["FORMAT_VOTES", "LEVELS", "FormatLadder", "format_refused"]
+__all__ = ["FORMAT_VOTES", "LEVELS", "FormatLadder", "format_refused", "without_lengths"]
 
 LEVELS = ("json_schema", "json_object", "text")
 _HINTS = ("response_format", "json", "schema", "grammar")
@@ -34,6 +34,21 @@ def format_refused(status: int, message: str) -> bool:
     if status in (400, 422):
         return any(h in text for h in _HINTS)
     return status == 500 and "response_format" in text
+
+
+def without_lengths(schema: Any) -> Any:
+    """``schema`` without ``maxLength``/``minLength``, which OpenAI's strict mode refuses.
+
+    llama.cpp's servers get the full schema (``json_object``): their grammar enforces
+    the lengths, which keeps a small model from repeating one phrase until max_tokens.
+    """
+    if isinstance(schema, dict):
+        return {
+            k: without_lengths(v) for k, v in schema.items() if k not in ("maxLength", "minLength")
+        }
+    if isinstance(schema, list):
+        return [without_lengths(v) for v in schema]
+    return schema
 
 
 def _strict_ok(schema: Mapping[str, Any]) -> bool:
@@ -77,7 +92,7 @@ class FormatLadder:
                 "type": "json_schema",
                 "json_schema": {
                     "name": "feedback",
-                    "schema": dict(schema),
+                    "schema": without_lengths(schema),
                     "strict": _strict_ok(schema),
                 },
             }

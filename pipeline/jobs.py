@@ -34,7 +34,9 @@ A job is a TOML file::
     max_tokens = 1024
 
     [output]
-    extract = "text"            # or "code": keep the first fenced code block of an answer
+    extract = "text"            # the answer less preamble, label and wrapping quotes; or
+                                # "code": its first fenced Python block; or "code-with-tests":
+                                # its code and the tests it carries (see pipeline/answers.py)
 
     [hooks]
     file = "hooks.py"           # optional, relative to the job file; may define
@@ -61,12 +63,12 @@ from typing import Any
 
 import orjson
 
+from .answers import EXTRACT_MODES
 from .errors import JobError
 
 __all__ = ["FIELD_TYPES", "InputField", "Job", "builtin_jobs", "load_job", "render"]
 
 FIELD_TYPES = ("string", "string-list", "number", "integer", "boolean", "any")
-EXTRACT_MODES = ("text", "code")
 LOOP_VARIABLES = ("output", "feedback", "history")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _TOP_KEYS = (

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import orjson
 
+from . import answers as artifacts
 from .calls import (
     COPY,
     Completion,
@@ -29,7 +30,7 @@ from .calls import (
     is_copy,
 )
 from .errors import CallError, FatalCallError, FeedbackParseError
-from .feedback import extract_code, parse_feedback, render_feedback
+from .feedback import parse_feedback, render_feedback
 from .jobs import Job, render
 from .records import Record
 
@@ -76,14 +77,81 @@ class Call:
     schema: Mapping[str, Any] | None
     temperature: float
     max_tokens: int
+    frequency_penalty: float | None = None  # only on the retry of a cut-off feedback
+
+    def sampling(self) -> dict[str, float]:
+        """Sampling settings beyond the temperature, as request-body fields (often none)."""
+        return (
+            {} if self.frequency_penalty is None else {"frequency_penalty": self.frequency_penalty}
+        )
 
 
 # -- pure parts --------------------------------------------------------------------------------
+
+LENGTH = "length"  # error type of an answer cut off at max_tokens
+CUT_OFF = "The answer was cut off at the length limit: give a shorter, complete answer."
+# Sent with the one retry of a feedback cut off at max_tokens: a small critic that runs
+# away repeats one phrase ("doll, doll, doll, ...") until the budget is spent.
+RETRY_FREQUENCY_PENALTY = 0.5
 
 
 def _answers(steps: Sequence[Step]) -> list[Step]:
     """Answer steps (generate and refine), without refinements retried as copies."""
     return [s for s in steps if is_answer(s)]
+
+
+def _feedback_on(steps: Sequence[Step], iteration: int) -> Step | None:
+    """The feedback on an iteration's answer: the latest, when a cut-off one was retried."""
+    return next(
+        (s for s in reversed(steps) if s.role == "feedback" and s.iteration == iteration), None
+    )
+
+
+def _reaches_the_end(text: str, output: str) -> bool:
+    """Whether the artifact runs to the end of the answer (so a cut-off answer cut it too).
+
+    A program whose block was closed before the prose after it ran out is whole.
+    """
+    lines = output.rstrip().splitlines()
+    return not lines or text.rstrip().endswith(lines[-1].rstrip())
+
+
+def _retry_cut_off(steps: Sequence[Step]) -> bool:
+    """Whether the last step is a feedback cut off at max_tokens for the first time."""
+    last = steps[-1]
+    return (
+        last.role == "feedback"
+        and last.error is not None
+        and last.error.get("type") == LENGTH
+        and not any(s.role == "feedback" and s.iteration == last.iteration for s in steps[:-1])
+    )
+
+
+def _passed_tests(answers: Sequence[Step]) -> dict[str, str]:
+    """The tests (normalized -> source) that some answer passed, oldest first.
+
+    Only answers whose evaluator lists their failing tests (code-with-tests jobs) count.
+    """
+    passed: dict[str, str] = {}
+    for a in answers:
+        failed = (a.metrics or {}).get(artifacts.FAILED_TESTS)
+        if not isinstance(failed, list) or a.output is None:
+            continue
+        for unit in artifacts.split_tests(artifacts.split(a.output)[1]):
+            key = artifacts.normalized(unit)
+            if key not in failed:
+                passed.setdefault(key, unit)
+    return passed
+
+
+def _breaks_passed_tests(answers: Sequence[Step]) -> set[int]:
+    """Indices of answers that fail a test an earlier answer passed."""
+    broken = set()
+    for i, a in enumerate(answers):
+        failed = (a.metrics or {}).get(artifacts.FAILED_TESTS)
+        if isinstance(failed, list) and not _passed_tests(answers[:i]).keys().isdisjoint(failed):
+            broken.add(i)
+    return broken
 
 
 def _normalized(text: str | None) -> str:
@@ -131,6 +199,8 @@ def plan(
     t = last.iteration
     if is_copy(last):
         return ("refine", t)  # the copy guard's one retry, at a higher temperature
+    if _retry_cut_off(steps):
+        return ("feedback", t)  # one retry, with a repetition penalty
     if last.role == "feedback":
         answer = next((a for a in _answers(steps) if a.iteration == t), None)
         verdict = _verdict(job, last, answer, t, min_iters)
@@ -143,10 +213,7 @@ def plan(
     if last.role == "refine" and len(answers) >= 2:
         before, now = answers[-2], answers[-1]
         if _normalized(now.output) == _normalized(before.output):
-            earlier = next(
-                (s for s in steps if s.role == "feedback" and s.iteration == before.iteration),
-                None,
-            )
+            earlier = _feedback_on(steps, before.iteration)
             verdict = None if earlier is None else _verdict(job, earlier, now, t, min_iters)
             if verdict is not None:
                 return verdict
@@ -159,17 +226,20 @@ def plan(
 def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, list[float | None]]:
     """The chosen iteration, its score and every iteration's score.
 
-    Among the answers that pass the job's checks (all of them when none does, or the
-    job has no checks) the best-scored wins, ties going to the later one; without
-    scores, the last.
+    An answer that fails a test an earlier answer passed is never chosen. Among the
+    rest, those that pass the job's checks (all of them when none does, or the job has
+    no checks) are candidates: the best-scored wins, ties going to the later one;
+    without scores, the last.
     """
     answers = _answers(steps)
     if not answers:
         return None, None, []
     feedback = {s.iteration: s for s in steps if s.role == "feedback"}
     scores = [_score(job, feedback.get(a.iteration)) for a in answers]
-    passing = [i for i, a in enumerate(answers) if a.checks == []]
-    candidates = passing or list(range(len(answers)))
+    broken = _breaks_passed_tests(answers)
+    kept = [i for i in range(len(answers)) if i not in broken]  # never empty: 0 breaks nothing
+    passing = [i for i in kept if answers[i].checks == []]
+    candidates = passing or kept
     best: int | None = None
     for i in candidates:
         sc = scores[i]
@@ -259,7 +329,8 @@ def build_messages(
         if role == "feedback":
             prompt = render(job.feedback_prompt, values)
         else:
-            fb = next(s for s in steps if s.role == "feedback" and s.iteration == base)
+            fb = _feedback_on(steps, base)
+            assert fb is not None  # plan asks for a refinement only after its feedback
             values["feedback"] = feedback_text(job, fb)
             values["history"] = render_history(job, steps, base)
             prompt = render(job.refine_prompt, values)
@@ -316,6 +387,7 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
         schema=job.feedback_schema if role == "feedback" else None,
         temperature=job.copy_temperature if retrying_copy else job.temperature,
         max_tokens=job.max_tokens,
+        frequency_penalty=RETRY_FREQUENCY_PENALTY if steps and _retry_cut_off(steps) else None,
     )
 
 
@@ -339,7 +411,7 @@ async def make_step(
     messages = comp.messages if comp.messages is not None else call.messages
     error: dict[str, Any] | None = None
     if comp.finish_reason == "length":
-        error = {"type": "length", "message": "answer cut off at max_tokens (finish_reason=length)"}
+        error = {"type": LENGTH, "message": "answer cut off at max_tokens (finish_reason=length)"}
     common: dict[str, Any] = {
         "usage": _usage(comp),
         "latency_s": comp.latency_s,
@@ -358,7 +430,9 @@ async def make_step(
                 score_field=job.score_field,
             )
         except FeedbackParseError as err:
-            parsed, error = None, {"type": "feedback_parse", "message": str(err)}
+            parsed = None
+            if error is None:  # a cut-off feedback is retried, not a parse failure
+                error = {"type": "feedback_parse", "message": str(err)}
         if parsed is not None and job.score_from and job.score_field is not None:
             parsed[job.score_field] = summed_score(parsed, job.score_from)
         answer = next((a for a in _answers(steps) if a.iteration == iteration), None)
@@ -374,8 +448,12 @@ async def make_step(
             else None,
             **common,
         )
-    output = extract_code(comp.text) if job.extract == "code" else comp.text.strip()
+    output = artifacts.extract(comp.text, job.extract)
     answers = _answers(steps)
+    if role == "refine" and job.extract == "code-with-tests":
+        # Tests an earlier answer passed stay with every later one, so a refinement that
+        # breaks them is seen to (and, by choose, is never the chosen answer).
+        output = artifacts.carry_tests(output, list(_passed_tests(answers).values()))
     if (
         role == "refine"
         and job.retry_copy
@@ -389,6 +467,8 @@ async def make_step(
             f"{job.copy_temperature:g}",
         }
     metrics, found = await _evaluate(job, record, output, checks)
+    if checks and comp.finish_reason == "length" and _reaches_the_end(comp.text, output):
+        found = [*(found or []), CUT_OFF]  # a verified problem: the refine step shortens it
     return Step(
         role,
         iteration,
@@ -431,6 +511,9 @@ def finish(
     chosen, score, scores = choose(steps, job)
     answers = {s.iteration: s for s in _answers(steps)}
     output = answers[chosen].output if chosen is not None else None
+    tests = None
+    if output is not None and job.extract == "code-with-tests":
+        output, tests = artifacts.split(output)
     return Outcome(
         record=record,
         status="failed" if error else "done",
@@ -442,6 +525,7 @@ def finish(
         steps=tuple(steps),
         error=error,
         scores=tuple(scores),
+        tests=tests,
     )
 
 
@@ -475,12 +559,15 @@ async def refine_record(
         if isinstance(call, Stop):
             return finish(job, record, steps, call.reason)
         model = critic if critic is not None and call.role == "feedback" else client
+        # Passed only when set, so clients written without the keyword keep working.
+        options: dict[str, Any] = call.sampling()
         try:
             comp = await model.complete(
                 call.messages,
                 schema=call.schema,
                 temperature=call.temperature,
                 max_tokens=call.max_tokens,
+                **options,
             )
         except FatalCallError:
             raise

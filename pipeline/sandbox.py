@@ -37,13 +37,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import orjson
 
-__all__ = ["MAX_OUTPUT_BYTES", "SandboxResult", "run_python", "syntax_problem"]
+__all__ = [
+    "MAX_OUTPUT_BYTES",
+    "SandboxResult",
+    "TestsRun",
+    "run_python",
+    "run_tests",
+    "syntax_problem",
+]
 
 MAX_OUTPUT_BYTES: Final = 64 * 1024  # kept of stdout (and of stderr); the rest is dropped
 MAX_DRAIN_BYTES: Final = 8 * 1024 * 1024  # a program printing more than this is killed
@@ -54,7 +62,7 @@ _KILL_WAIT_S: Final = 5.0  # a SIGKILLed child is reaped well within this
 # Runs in the child, before the program. Kept free of anything that could fail on
 # an odd program: it reports every outcome as one JSON object on the result pipe.
 _BOOTSTRAP: Final = r"""
-import json, os, resource, signal, sys, traceback
+import json, os, resource, signal, sys, time, traceback
 
 def _main():
     result_fd, memory, cpu, call = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -115,16 +123,18 @@ def _main():
             text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         return text + (f" (line {line})" if line else "")
 
-    error = value = None
+    error = value = cpu = None
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
         code = compile(source, "<program>", "exec")
         sys.addaudithook(hook)
+        started = time.process_time()
         try:
             exec(code, namespace)
         except SystemExit as err:
             if err.code not in (None, 0):
                 error = f"SystemExit: {err.code}"
+        cpu = time.process_time() - started
         if error is None and call:
             result = eval(compile(call, "<call>", "eval"), namespace)
             try:
@@ -139,13 +149,150 @@ def _main():
         sys.stderr.flush()
     except BaseException:
         pass
-    data = json.dumps({"error": error, "value": value}).encode()
+    data = json.dumps({"error": error, "value": value, "cpu": cpu}).encode()
     while data:
         data = data[os.write(result_fd, data):]
     return 0 if error is None else 1
 
 sys.exit(_main())
 """
+
+
+# Defined by the call expression after the program ran, so a program that ends with
+# sys.exit() or shadows names still has its tests run. Every result goes to stderr as it
+# comes, so a run killed by the deadline still tells which tests finished.
+_TEST_HARNESS: Final = r"""
+def __refine_tests__(sources, per_test_s):
+    import ast, json, signal, sys, traceback
+
+    class TestTimeout(BaseException):  # past `except Exception` in the code under test
+        pass
+
+    def alarm(signum, frame):
+        raise TestTimeout()
+
+    def short(value):
+        text = repr(value)
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    def report(message):
+        sys.stderr.write("\n\x1erefine-test " + json.dumps(message) + "\n")
+        sys.stderr.flush()
+
+    def explain(source, err, namespace):
+        line = None
+        for frame in traceback.extract_tb(err.__traceback__):
+            if frame.filename == "<test>":
+                line = frame.lineno
+        why = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        if line is None:
+            return f"`{source.strip().splitlines()[-1][:200]}`: {why}"
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return why
+        functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+        inside = {id(n) for f in ast.walk(tree) if isinstance(f, functions) for n in ast.walk(f)}
+        shown = source.splitlines()[line - 1].strip()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assert):
+                continue
+            if not node.lineno <= line <= (node.end_lineno or node.lineno):
+                continue
+            shown = ast.get_source_segment(source, node) or shown
+            test = node.test
+            # `assert a == b` at top level: say what a is (inside a function its names
+            # are gone)
+            if isinstance(err, AssertionError) and isinstance(test, ast.Compare):
+                if id(node) in inside:
+                    continue
+                left = ast.unparse(test.left)
+                try:
+                    value = eval(compile(ast.Expression(test.left), "<test>", "eval"), namespace)
+                    why += f" ({left} is {short(value)})"
+                except BaseException as again:
+                    why += f" ({left} raises {type(again).__name__})"
+        return f"`{shown[:200]}`: {why}"
+
+    namespace = globals()
+    signal.signal(signal.SIGALRM, alarm)
+    report("start")
+    results = []
+    for source in sources:
+        error = None
+        try:
+            signal.setitimer(signal.ITIMER_REAL, per_test_s)
+            try:
+                exec(compile(source, "<test>", "exec"), namespace)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except TestTimeout:
+            last = [line.strip() for line in source.splitlines() if line.strip()][-1:] or [""]
+            error = f"`{last[0][:200]}`: did not finish within {per_test_s:g} s"
+        except SystemExit as err:  # unittest.main() ends this way
+            if err.code not in (None, 0, False):
+                error = f"SystemExit: {err.code}"
+        except BaseException as err:
+            error = explain(source, err, namespace)[:500]
+        report(error)
+        results.append(error)
+    return len(results)
+"""
+_MARK: Final = "\x1erefine-test "
+
+
+@dataclass(frozen=True, slots=True)
+class TestsRun:
+    """What running a program's tests found: one result per test, None when it passed.
+
+    ``error`` is set when the program itself failed before its tests could run; then
+    ``results`` is empty.
+    """
+
+    results: tuple[str | None, ...]
+    error: str | None = None
+
+    @property
+    def passed(self) -> int:
+        """How many tests passed."""
+        return sum(r is None for r in self.results)
+
+
+def run_tests(
+    code: str,
+    tests: Sequence[str],
+    *,
+    timeout_s: float = 10.0,
+    per_test_s: float = 2.0,
+    memory_mb: int = 256,
+) -> TestsRun:
+    """Run ``code``, then each test (Python source) in its namespace, each one on its own.
+
+    A failing assert, an exception and a test running past ``per_test_s`` each fail that
+    test only; a failed ``assert a == b`` says what ``a`` was. Never raises for anything
+    the program or its tests do.
+    """
+    call = f"exec({_TEST_HARNESS!r}) or __refine_tests__({list(tests)!r}, {per_test_s!r})"
+    run = run_python(code, call=call, timeout_s=timeout_s, memory_mb=memory_mb)
+    reported: list[str | None] = []
+    started = False
+    for line in run.stderr.split("\n"):  # not splitlines(): it splits at \x1e too
+        if not line.startswith(_MARK):
+            continue
+        try:
+            message = orjson.loads(line[len(_MARK) :])
+        except orjson.JSONDecodeError:
+            continue
+        if message == "start" and not started:
+            started = True
+        elif started and (message is None or isinstance(message, str)):
+            reported.append(message)
+    if not started:
+        return TestsRun((), run.error or "the tests did not run")
+    if len(reported) < len(tests):  # a test stopped the whole run: the deadline, a limit
+        reported.append(f"stopped the run: {run.error or 'no result'}")
+        reported += ["not run: an earlier test stopped the run"] * (len(tests) - len(reported))
+    return TestsRun(tuple(reported[: len(tests)]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +311,7 @@ class SandboxResult:
     error: str | None
     timed_out: bool
     stderr: str = ""
+    cpu_s: float | None = None  # the program's own CPU time, interpreter start excluded
 
 
 class _Capture:
@@ -268,9 +416,12 @@ def _run(work: Path, timeout_s: float, memory_mb: int, call: str) -> SandboxResu
     else:
         error = _error(returncode, result, errs, expect_value=bool(call))
     value = None
-    if error is None and isinstance(result, dict):
+    cpu: float | None = None
+    if isinstance(result, dict):
         raw = result.get("value")
-        value = raw if isinstance(raw, str) else None
+        value = raw if isinstance(raw, str) and error is None else None
+        took = result.get("cpu")
+        cpu = float(took) if isinstance(took, int | float) else None
     return SandboxResult(
         ok=error is None,
         stdout=out.text(),
@@ -278,6 +429,7 @@ def _run(work: Path, timeout_s: float, memory_mb: int, call: str) -> SandboxResu
         error=error,
         timed_out=timed_out,
         stderr=errs.text(),
+        cpu_s=cpu,
     )
 
 

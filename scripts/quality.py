@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
-"""Does program-verified feedback make a small local critic useful? A per-iteration table.
+"""Does program-verified feedback make a small local model's answers better? Tables by iteration.
 
-For CommonGen-Hard (mean concept coverage) and GSM8K (accuracy of the program-aided
-answer), on the first N records of ../shared/data, with a local model, three ways:
+Tasks, each on the first N records (after --skip) of its data set, with local models:
 
-  (a) critic only            --no-checks              (the paper's loop)
-  (b) critic, min-iters 1     --no-checks --min-iters 1 (refinement forced once)
-  (c) critic plus check       checks on                (findings merged, done vetoed)
+  code       code-improve on scripts/data/code-suite.jsonl: the pass rate of hidden tests
+             (scripts/data/code-suite-hidden-tests.json, written for this suite and never
+             put into a prompt) run on each iteration's code and on the chosen output
+  commongen  CommonGen-Hard: concept coverage of the first sentence (the task asks for
+             one sentence) and the share of one-sentence answers
+  gsm        GSM8K: accuracy of the program-aided answer
 
-The table is the carried-forward mean by iteration (each record contributes its latest
-answer at or before iteration t), as `refine report` computes it.
+and up to three conditions:
 
-Usage: scripts/quality.py [--model qwen2.5-coder-1.5b] [--records 20] [--skip 0]
-                          [--max-iters 1] [--tasks commongen,gsm] [--conditions abc]
-                          [--out docs/quality.md]
+  (a) critic only            --no-checks               (the paper's loop)
+  (b) critic, min-iters 1    --no-checks --min-iters 1 (refinement forced once)
+  (c) critic plus check      checks on                 (findings merged, done vetoed)
+
+Iteration rows are carried forward: each record contributes its latest answer at or
+before iteration t, as `refine report` computes them. Prints Markdown; --out writes it.
+
+Usage: scripts/quality.py [--tasks code,commongen,gsm] [--models qwen2.5-coder-0.5b,...]
+                          [--records 20] [--skip 0] [--max-iters 1] [--conditions c]
+                          [--concurrency 4] [--out FILE]
 """
 
 from __future__ import annotations
@@ -22,19 +30,23 @@ import argparse
 import shlex
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, run  # noqa: E402
+from pipeline.answers import split  # noqa: E402
 from pipeline.report import summarize  # noqa: E402
+from pipeline.sandbox import run_tests  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data"
-TASKS = {
-    "commongen": ("commongen-hard.jsonl", "coverage", "mean concept coverage"),
-    "gsm": ("gsm8k-test.jsonl", "correct", "accuracy"),
-}
+SUITE = ROOT / "scripts" / "data" / "code-suite.jsonl"
+HIDDEN = ROOT / "scripts" / "data" / "code-suite-hidden-tests.json"
 CONDITIONS = {
     "a": ("critic only", {"checks": False}),
     "b": ("critic, --min-iters 1", {"checks": False, "min_iters": 1}),
@@ -42,100 +54,244 @@ CONDITIONS = {
 }
 
 
-def first_records(source: Path, n: int, dest: Path, skip: int = 0) -> Path:
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A data set, the job run on it and the metrics its table shows."""
+
+    source: Path  # relative: in --data
+    job: str
+    metrics: tuple[tuple[str, str], ...]  # (evaluator metric, label); none for hidden tests
+
+
+TASKS = {
+    "code": Task(SUITE, "code-improve", ()),
+    "commongen": Task(
+        Path("commongen-hard.jsonl"),
+        "commongen",
+        (
+            ("coverage", "coverage (first sentence)"),
+            ("one_sentence", "one sentence"),
+            ("coverage_any_sentence", "coverage (any sentence)"),
+        ),
+    ),
+    "gsm": Task(Path("gsm8k-test.jsonl"), "gsm", (("correct", "accuracy"),)),
+}
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a file."""
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def slice_records(source: Path, n: int, skip: int, dest: Path) -> Path:
+    """Records skip+1 .. skip+n of ``source``, written to ``dest``."""
     lines = [line for line in source.read_text().splitlines() if line.strip()][skip : skip + n]
     dest.write_text("\n".join(lines) + "\n")
     return dest
 
 
-def table(task: str, runs: dict[str, Path], metric: str, label: str, max_iters: int) -> str:
-    rows = [
-        "| iteration | " + " | ".join(CONDITIONS[c][0] for c in runs) + " |",
-        "|---|" + "---|" * len(runs),
+def answers_by_iteration(steps: Sequence[dict[str, Any]]) -> dict[int, str]:
+    """Each iteration's answer in a trace (a retried copy or cut-off answer gives way)."""
+    out: dict[int, str] = {}
+    for step in steps:
+        error = step.get("error") or {}
+        if step["role"] != "feedback" and error.get("type") != "copy" and "output" in step:
+            out[step["iteration"]] = step["output"]
+    return out
+
+
+def hidden_pass(code: str, tests: list[str]) -> bool:
+    """Whether ``code`` passes every hidden test."""
+    result = run_tests(code, tests, timeout_s=20.0, per_test_s=5.0)
+    return result.error is None and result.passed == len(tests)
+
+
+@dataclass(frozen=True, slots=True)
+class CodeResult:
+    """Hidden-test outcomes of one run: by record, per iteration and for the chosen output."""
+
+    by_iteration: dict[str, dict[int, bool]]
+    chosen: dict[str, bool]
+    own_tests: tuple[int, int]  # the chosen outputs' own tests: passed, total
+    stop_reasons: dict[str, int]
+
+
+def score_code_run(run_dir: Path, hidden: dict[str, list[str]]) -> CodeResult:
+    """Run the hidden tests on every answer of a code-improve run."""
+    traces = {t["id"]: t["steps"] for t in rows(run_dir / "traces.jsonl")}
+    by_iteration: dict[str, dict[int, bool]] = {}
+    chosen: dict[str, bool] = {}
+    passed = total = 0
+    stops: dict[str, int] = {}
+    for out in rows(run_dir / "outputs.jsonl"):
+        rid = out["id"]
+        stops[out["stop_reason"]] = stops.get(out["stop_reason"], 0) + 1
+        by_iteration[rid] = {
+            t: hidden_pass(split(answer)[0], hidden[rid])
+            for t, answer in answers_by_iteration(traces[rid]).items()
+        }
+        chosen[rid] = out["output"] is not None and hidden_pass(out["output"], hidden[rid])
+        metrics = out.get("metrics") or {}
+        passed += int(metrics.get("tests_passed") or 0)
+        total += int(metrics.get("tests_total") or 0)
+    return CodeResult(by_iteration, chosen, (passed, total), stops)
+
+
+def restrict(result: CodeResult, ids: set[str]) -> CodeResult:
+    """The result for some of the records (own-test counts are left out)."""
+    return CodeResult(
+        {k: v for k, v in result.by_iteration.items() if k in ids},
+        {k: v for k, v in result.chosen.items() if k in ids},
+        (0, 0),
+        {},
+    )
+
+
+def carried(by_iteration: dict[int, bool], t: int) -> bool:
+    """The record's latest answer at or before iteration t passes."""
+    return by_iteration[max(i for i in by_iteration if i <= t)]
+
+
+def code_table(results: dict[str, CodeResult], max_iters: int) -> str:
+    """Pass rates by iteration and of the chosen output, one column per run."""
+    names = list(results)
+    lines = [
+        "| iteration | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
     ]
-    columns: dict[str, list[str]] = {}
+    for t in range(max_iters + 1):
+        cells = []
+        for r in results.values():
+            n = sum(carried(b, t) for b in r.by_iteration.values() if b)
+            cells.append(f"{n}/{len(r.by_iteration)}")
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    cells = [f"**{sum(r.chosen.values())}/{len(r.chosen)}**" for r in results.values()]
+    lines.append("| chosen output | " + " | ".join(cells) + " |")
     notes = []
-    for cond, run_dir in runs.items():
+    for name, r in results.items():
+        first = {rid: b.get(0, False) for rid, b in r.by_iteration.items()}
+        gained = sorted(rid for rid, ok in r.chosen.items() if ok and not first[rid])
+        lost = sorted(rid for rid, ok in r.chosen.items() if not ok and first[rid])
+        note = f"{name}: gained {len(gained)} ({', '.join(gained) or '-'}), lost {len(lost)} "
+        note += f"({', '.join(lost) or '-'})"
+        if r.own_tests[1]:
+            note += f"; the chosen outputs' own tests pass {r.own_tests[0]}/{r.own_tests[1]}"
+        if r.stop_reasons:
+            note += "; stop reasons " + ", ".join(
+                f"{k} {v}" for k, v in sorted(r.stop_reasons.items())
+            )
+        notes.append(note)
+    return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def metric_table(runs: dict[str, Path], task: Task, max_iters: int) -> str:
+    """Carried-forward means of the task's metrics by iteration, and of the chosen answers."""
+    header = ["iteration"]
+    columns: list[list[str]] = []
+    notes = []
+    for name, run_dir in runs.items():
         report = summarize(run_dir)
-        measure = next(
-            (m for m in report.measures if m.kind == "metric" and m.name == metric), None
-        )
-        cells = list(measure.carried) if measure else []
-        columns[cond] = [f"{c.mean:.3f} ({c.n})" if c.mean is not None else "-" for c in cells]
+        for metric, label in task.metrics:
+            measure = next(
+                (m for m in report.measures if m.kind == "metric" and m.name == metric), None
+            )
+            header.append(f"{label}: {name}")
+            cells = [
+                f"{c.mean:.3f} ({c.n})" if c.mean is not None else "-"
+                for c in (measure.carried if measure else ())
+            ]
+            cells += ["-"] * (max_iters + 1 - len(cells))
+            chosen = measure.chosen if measure else None
+            cells.append(f"**{chosen.mean:.3f}**" if chosen and chosen.mean is not None else "-")
+            columns.append(cells)
         refined = sum(n for t, n in report.iterations.items() if t > 0)
         notes.append(
-            f"{CONDITIONS[cond][0]}: {report.done} done, {report.failed} failed, "
-            f"{refined} refined at least once, stop reasons "
-            + ", ".join(f"{k} {v}" for k, v in report.stop_reasons.items())
+            f"{name}: {report.done} done, {report.failed} failed, {refined} refined at least "
+            "once, stop reasons " + ", ".join(f"{k} {v}" for k, v in report.stop_reasons.items())
         )
-    for t in range(max_iters + 1):
-        rows.append(
-            f"| {t} | "
-            + " | ".join(columns[c][t] if t < len(columns[c]) else "-" for c in runs)
-            + " |"
-        )
-    return (
-        f"### {task}: {label} by iteration (carried forward; records with a value)\n\n"
-        + "\n".join(rows)
-        + "\n\n"
-        + "\n".join(f"- {n}" for n in notes)
-        + "\n"
-    )
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---|" * len(columns)]
+    for t, label in enumerate([*map(str, range(max_iters + 1)), "chosen output"]):
+        lines.append(f"| {label} | " + " | ".join(col[t] for col in columns) + " |")
+    return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b")
-    parser.add_argument("--records", type=int, default=20)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--tasks", default="code")
     parser.add_argument(
-        "--skip", type=int, default=0, help="start after this many records (a held-out slice)"
+        "--models", default="qwen2.5-coder-0.5b", help="local models, comma separated"
     )
-    parser.add_argument("--max-iters", type=int, default=1)
-    parser.add_argument("--tasks", default="commongen,gsm")
-    parser.add_argument("--conditions", default="abc")
+    parser.add_argument("--records", type=int, default=20)
+    parser.add_argument("--skip", type=int, default=0, help="start after this many records")
+    parser.add_argument("--max-iters", type=int, default=2)
+    parser.add_argument("--conditions", default="c")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument(
+        "--held-out",
+        type=int,
+        default=0,
+        help="code: also report the last N records apart (held out while writing prompts)",
+    )
+    parser.add_argument(
+        "--data", type=Path, default=ROOT.parent / "shared" / "data", help="the shared data sets"
+    )
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "quality")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "quality.md")
+    parser.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    hidden = orjson.loads(HIDDEN.read_bytes())
     sections = []
-    for task in args.tasks.split(","):
-        source, metric, label = TASKS[task]
-        tag = f"-from{args.skip}" if args.skip else ""
-        inp = first_records(
-            DATA / source, args.records, args.work / f"{task}{tag}-input.jsonl", args.skip
-        )
+    for name in args.tasks.split(","):
+        task = TASKS[name]
+        tag = f"{name}-{args.skip}-{args.skip + args.records}"
+        source = args.data / task.source if not task.source.is_absolute() else task.source
+        inp = slice_records(source, args.records, args.skip, args.work / f"{tag}.jsonl")
         runs: dict[str, Path] = {}
-        for cond in args.conditions:
-            _, extra = CONDITIONS[cond]
-            out = args.work / f"{task}{tag}-{cond}-{args.model}-{args.max_iters}"
-            settings = Settings(
-                local=True, local_model=args.model, max_iters=args.max_iters, concurrency=4, **extra
-            )  # type: ignore[arg-type]
-            started = time.monotonic()
-            summary = run(task, inp, out, settings, show_progress=False)
-            print(
-                f"{task} ({cond}) {CONDITIONS[cond][0]}: {summary.state}, "
-                f"{time.monotonic() - started:.0f} s",
-                flush=True,
-            )
-            runs[cond] = out
-        sections.append(table(task, runs, metric, label, args.max_iters))
+        for model in args.models.split(","):
+            for cond in args.conditions:
+                label, extra = CONDITIONS[cond]
+                out = args.work / f"{tag}-{cond}-{model}-{args.max_iters}"
+                settings = Settings(
+                    local=True,
+                    local_model=model,
+                    max_iters=args.max_iters,
+                    concurrency=args.concurrency,
+                    **extra,
+                )  # type: ignore[arg-type]
+                started = time.monotonic()
+                summary = run(task.job, inp, out, settings, show_progress=False)
+                print(
+                    f"{name} {model} ({label}): {summary.state}, "
+                    f"{time.monotonic() - started:.0f} s",
+                    flush=True,
+                )
+                runs[f"{model}, {label}"] = out
+        if name == "code":
+            scored = {k: score_code_run(v, hidden) for k, v in runs.items()}
+            table = code_table(scored, args.max_iters)
+            title = "hidden tests passed, by iteration (carried forward)"
+            if args.held_out:
+                ids = [row["id"] for row in rows(inp)]
+                for label, part in (
+                    ("used while writing the prompts", ids[: -args.held_out]),
+                    ("held out", ids[-args.held_out :]),
+                ):
+                    parts = {k: restrict(v, set(part)) for k, v in scored.items()}
+                    table += f"\nRecords {label} ({', '.join(part)}):\n\n"
+                    table += code_table(parts, args.max_iters)
+        else:
+            table = metric_table(runs, task, args.max_iters)
+            title = "mean by iteration (carried forward; records with a value)"
+        sections.append(f"### {name}: {title}\n\n{table}")
     command = "scripts/quality.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     text = (
-        "# Verified feedback: critic only vs critic plus check\n\n"
-        f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')} "
-        f"with the local model `{args.model}` on the "
-        + (
-            f"{args.records} records after the first {args.skip}"
-            if args.skip
-            else f"first {args.records} records"
-        )
-        + " of each data set, at most "
-        f"{args.max_iters} refinement(s). Each cell: mean (records with a value).\n\n"
+        f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')}: records "
+        f"{args.skip + 1}-{args.skip + args.records}, at most {args.max_iters} refinement(s).\n\n"
         + "\n".join(sections)
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
     print(text)
 
 

@@ -51,6 +51,7 @@ class ScriptedClient:
         self.messages: list[list[dict[str, str]]] = []
         self.schemas: list[Mapping[str, Any] | None] = []
         self.temperatures: list[float] = []
+        self.penalties: list[float | None] = []
         self.saved_at_call: list[int] = []
         self.gate = gate
         self.in_flight = 0
@@ -73,10 +74,12 @@ class ScriptedClient:
         schema: Mapping[str, Any] | None,
         temperature: float,
         max_tokens: int,
+        frequency_penalty: float | None = None,
     ) -> Completion:
         self.messages.append([dict(m) for m in messages])
         self.schemas.append(schema)
         self.temperatures.append(temperature)
+        self.penalties.append(frequency_penalty)
         if self.sink is not None:
             self.saved_at_call.append(len(self.sink.saved))
         if self.gate is not None:

@@ -38,7 +38,12 @@ def test_failed_calls_are_traced_and_retry_failed_finishes_without_repeats(
     out = tmp_path / "run"
     with Simulator(SimConfig(p_500=0.15, p_done=0.0, faults_seed=3)) as sim:
         base: dict[str, Any] = dict(
-            model="sim-model", base_url=sim.url, max_iters=2, max_retries=0, concurrency=8
+            model="sim-model",
+            base_url=sim.url,
+            max_iters=2,
+            max_retries=0,
+            concurrency=8,
+            checks=False,  # code-improve's check wants tests the simulator's answers lack
         )
         first = run("code-improve", inp, out, Settings(**base), api_key="k", show_progress=False)
         assert first.exit_code == 1
@@ -92,7 +97,7 @@ def test_status_counts_calls_of_unfinished_records_from_the_journal(tmp_path: Pa
         "code-improve",
         inp,
         tmp_path / "run",
-        Settings(model="fake-model", max_iters=2, concurrency=1),
+        Settings(model="fake-model", max_iters=2, concurrency=1, checks=False),
         client=client,
         show_progress=False,
     )

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.calls import Outcome
+from pipeline.calls import Outcome, Step
 from pipeline.jobs import Job, load_job
 from pipeline.loop import Policy, refine_record
 from pipeline.records import Record
@@ -23,7 +23,9 @@ def must_mention_total(fields: Mapping[str, Any], output: str) -> list[str]:
     return [] if "total" in output else ["Name the accumulator `total` (line 2)."]
 
 
-BASE = load_job("code-improve")
+BASE = dataclasses.replace(  # without its own hooks and tests
+    load_job("code-improve"), checker=None, evaluator=None, extract="code"
+)
 CHECKED = dataclasses.replace(BASE, checker=must_mention_total, score_threshold=None)
 
 
@@ -223,3 +225,144 @@ async def test_copy_step_is_not_an_iteration_in_outputs() -> None:
     line = outcome.output_line()
     assert line["scores"] == [3.0, 8.0]
     assert line["metrics_by_iteration"] == [{"length": 2}, {"length": 4}]
+
+
+# -- answers that carry their own tests (code-improve) ------------------------------------------
+
+CODE_IMPROVE = load_job("code-improve")  # with its hooks: the answer's tests run in the sandbox
+
+
+def answer(code: str, tests: str) -> str:
+    """A model answer laid out as code-improve asks: code block, then tests block."""
+    return f"Here it is.\n```python\n{code}\n```\nTests:\n```python\n{tests}\n```\nDone."
+
+
+ADD = "def add(a, b):\n    return a + b"
+SUB = "def add(a, b):\n    return a - b"
+
+
+@pytest.mark.anyio
+async def test_refinement_that_breaks_passing_tests_is_never_chosen() -> None:
+    """A refinement failing a test the draft passed gets it back, is told so, and is not chosen,
+    however well the critic scores it."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None)
+    outcome, client = await loop(
+        job,
+        [
+            answer(ADD, "assert add(1, 2) == 3"),
+            critic(done=False, score=4),
+            answer(SUB, "assert add(2, 2) == 0"),  # breaks the draft's test, drops it
+            critic(done=True, score=9),
+            answer(SUB, "assert add(3, 3) == 0"),
+            critic(done=True, score=9),
+            answer(SUB, "assert add(5, 5) == 0"),
+            critic(done=True, score=10),
+        ],
+    )
+    refined = outcome.steps[2]
+    assert refined.output is not None and "assert add(1, 2) == 3" in refined.output  # carried
+    assert refined.metrics is not None and refined.metrics["tests_failed"] == [
+        "assert add(1, 2) == 3"
+    ]
+    assert (
+        refined.checks
+        and "`assert add(1, 2) == 3`: AssertionError (add(1, 2) is -1)" in refined.checks[0]
+    )
+    assert "assert add(1, 2) == 3" in client.calls[4][0][-1]["content"]  # the next refine sees it
+    assert outcome.stop_reason == "max_iters"
+    line = outcome.output_line()
+    assert (line["chosen_iteration"], line["output"], line["tests"]) == (
+        0,
+        ADD,
+        "assert add(1, 2) == 3",
+    )
+    assert [m["tests_passed"] for m in line["metrics_by_iteration"]] == [1, 1, 2, 3]
+    assert [m["tests_total"] for m in line["metrics_by_iteration"]] == [1, 2, 3, 4]
+
+
+@pytest.mark.anyio
+async def test_failing_own_tests_veto_done_and_a_fix_is_chosen() -> None:
+    """A draft failing its own test is refined despite the critic's done; the fix is the output."""
+    outcome, client = await loop(
+        CODE_IMPROVE,
+        [
+            answer(SUB, "assert add(1, 2) == 3"),
+            critic(done=True, score=10),
+            answer(ADD, "assert add(1, 2) == 3\nassert add(0, 0) == 0"),
+            critic(done=True, score=8),
+        ],
+    )
+    assert outcome.steps[0].checks and "add(1, 2) is -1" in outcome.steps[0].checks[0]
+    assert "add(1, 2) is -1" in client.calls[2][0][-1]["content"]
+    line = outcome.output_line()
+    assert (outcome.stop_reason, line["chosen_iteration"], line["output"]) == ("done", 1, ADD)
+    assert line["tests"] == "assert add(1, 2) == 3\nassert add(0, 0) == 0"
+    assert line["metrics"]["tests_passed"] == line["metrics"]["tests_total"] == 2
+
+
+@pytest.mark.anyio
+async def test_answer_without_tests_is_asked_for_them() -> None:
+    """An answer carrying no tests cannot be done: the refine step is asked for tests."""
+    outcome, client = await loop(
+        CODE_IMPROVE,
+        [
+            f"```python\n{ADD}\n```",
+            critic(done=True, score=10),
+            answer(ADD, "assert add(1, 2) == 3"),
+            critic(done=True, score=10),
+        ],
+    )
+    assert outcome.steps[0].checks is not None and outcome.steps[0].checks[0].startswith(
+        "Add tests"
+    )
+    assert "Add tests" in client.calls[2][0][-1]["content"]
+    assert outcome.output_line()["tests"] == "assert add(1, 2) == 3"
+
+
+def test_a_test_that_failed_before_does_not_bar_a_later_answer() -> None:
+    """Only tests an earlier answer passed protect it: failing one already is no regression."""
+    from pipeline.answers import join
+    from pipeline.loop import choose
+
+    def step(role: str, t: int, tests: str, failed: list[str]) -> Step:
+        output = join(ADD, tests)
+        metrics = {"tests_failed": failed}
+        return Step(
+            role, t, [], output, None, {}, 0.0, 1, output=output, metrics=metrics, checks=[]
+        )  # type: ignore[arg-type]
+
+    job = dataclasses.replace(CODE_IMPROVE, score_field=None, score_threshold=None)
+    both = "assert add(1, 2) == 3\nassert add(0, 1) == 5"
+    steps = [
+        step("generate", 0, both, ["assert add(0, 1) == 5"]),
+        step("refine", 1, both, ["assert add(0, 1) == 5"]),  # still fails the wrong test
+        step("refine", 2, both, ["assert add(1, 2) == 3", "assert add(0, 1) == 5"]),
+    ]
+    assert choose(steps[:2], job)[0] == 1
+    assert choose(steps, job)[0] == 1  # iteration 2 broke a passing test
+
+
+@pytest.mark.anyio
+async def test_text_answers_lose_their_preamble_and_notes_are_findings() -> None:
+    """A text job's output is the artifact alone; a note left in it is a finding to remove."""
+    job = load_job("commongen")
+    record = Record("c", 1, {"concepts": ["dog", "run"]})
+    client = ScriptedClient(
+        [
+            "Here is the sentence:\nA dog runs. To address the feedback, I added the missing "
+            "words.",
+            orjson.dumps(
+                {"missing_concepts": [], "commonsense_errors": [], "actions": [], "done": True}
+            ).decode(),
+            '"A dog runs in the park."',
+            orjson.dumps(
+                {"missing_concepts": [], "commonsense_errors": [], "actions": [], "done": True}
+            ).decode(),
+        ]
+    )
+    outcome = await refine_record(record, job, client, RecordingSink(), Policy(2))
+    first = outcome.steps[0]
+    assert first.output == "A dog runs. To address the feedback, I added the missing words."
+    assert first.checks is not None and first.checks[0].startswith("Remove the note")
+    assert (outcome.output, outcome.stop_reason) == ("A dog runs in the park.", "done")
+    assert outcome.output_line()["metrics"]["one_sentence"] is True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import orjson
 import pytest
 
 from pipeline.client import OpenAIClient, redact
@@ -286,3 +287,53 @@ async def test_terse_400_to_response_format_degrades_per_call_then_pool() -> Non
     # straight to text.
     assert len(with_format) == 6
     assert client.level == 2
+
+
+BOUNDED: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["actions", "done"],
+    "properties": {
+        "actions": {
+            "type": "array",
+            "maxItems": 3,
+            "items": {"type": "string", "maxLength": 50, "minLength": 1},
+        },
+        "done": {"type": "boolean"},
+    },
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("structured", ["json_schema", "json_object"])
+async def test_string_lengths_go_only_where_a_grammar_enforces_them(structured: str) -> None:
+    """json_schema (OpenAI's strict mode) gets the schema without string lengths; a llama.cpp
+    server (json_object) gets them all, and the answer keeps within them."""
+    with Simulator(SimConfig(structured=structured)) as sim:
+        client = make_client(sim)
+        comp = await client.complete(MESSAGES, schema=BOUNDED, temperature=0, max_tokens=200)
+        await client.aclose()
+        sent = sim.completed_bodies()[-1]["response_format"]
+    if structured == "json_schema":
+        items = sent["json_schema"]["schema"]["properties"]["actions"]
+        assert items == {"type": "array", "maxItems": 3, "items": {"type": "string"}}
+        assert sent["json_schema"]["strict"] is True
+    else:
+        assert sent["schema"] == BOUNDED
+        actions = orjson.loads(comp.text)["actions"]
+        assert 1 <= len(actions) <= 3 and all(1 <= len(a) <= 50 for a in actions)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("penalty", [None, 0.5])
+async def test_frequency_penalty_is_sent_only_when_given(penalty: float | None) -> None:
+    """A frequency penalty reaches the request body when asked for, and is absent otherwise."""
+    with Simulator(SimConfig()) as sim:
+        client = make_client(sim)
+        await client.complete(
+            MESSAGES, schema=None, temperature=0, max_tokens=500, frequency_penalty=penalty
+        )
+        await client.aclose()
+        body = sim.completed_bodies()[-1]
+    assert body.get("frequency_penalty") == penalty
+    assert ("frequency_penalty" in body) is (penalty is not None)

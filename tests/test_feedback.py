@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import FeedbackParseError
-from pipeline.feedback import extract_code, normalize, parse_feedback, render_feedback
+from pipeline.feedback import normalize, parse_feedback, render_feedback
 
 FIELDS: dict[str, Any] = {"actions_field": "actions", "done_field": "done", "score_field": "score"}
 
@@ -204,28 +204,3 @@ def test_normalize_does_not_mutate_its_input() -> None:
 def test_render_feedback(parsed: dict[str, Any] | None, raw: str, expected: str) -> None:
     """Parsed feedback renders as a list of actions, then the score and other notes; else raw."""
     assert render_feedback(parsed, raw, **FIELDS) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        pytest.param("Here:\n```python\nprint(1)\n```\nDone.", "print(1)", id="python-fence"),
-        pytest.param("```\nx = 1\n```", "x = 1", id="bare-fence"),
-        pytest.param("```py title\nx = 1\n```", "x = 1", id="fence-with-info"),
-        pytest.param(
-            "```python\na = 1\n```\nthen\n```python\nb = 2\n```", "a = 1", id="first-block"
-        ),
-        pytest.param(
-            "```python\ndef f():\n    return 1\n```",
-            "def f():\n    return 1",
-            id="keeps-indentation",
-        ),
-        pytest.param(
-            "```python\n\n    x = 1\n\n```", "    x = 1", id="strips-blank-lines-not-indent"
-        ),
-        pytest.param("  just text, no code  \n", "just text, no code", id="no-fence"),
-    ],
-)
-def test_extract_code(text: str, expected: str) -> None:
-    """The first fenced block's body is the answer's code; without a fence, the text itself."""
-    assert extract_code(text) == expected

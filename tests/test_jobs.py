@@ -83,13 +83,14 @@ SCHEMA_JSON = (
 
 
 def test_builtin_code_improve_has_what_the_loop_needs() -> None:
-    """code-improve takes a `task`, scores its feedback and keeps code blocks."""
+    """code-improve takes a `task`, scores its feedback and keeps code apart from its tests."""
     job = load_job("code-improve")
     assert job.name == "code-improve"
     assert job.inputs == (InputField("task", "string", True, job.inputs[0].description),)
     assert job.scored and job.score_field == "score"
     assert job.score_threshold is not None and job.max_iters >= 1
-    assert job.extract == "code"
+    assert job.extract == "code-with-tests"
+    assert job.checker is not None and job.evaluator is not None
     assert job.max_tokens > 0
     assert job.system_prompt
     assert "{{task}}" in job.generate_prompt

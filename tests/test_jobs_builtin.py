@@ -12,6 +12,7 @@ import pytest
 
 from jobs import (
     acronym_hooks,
+    code_improve_hooks,
     code_optimize_hooks,
     code_readability_hooks,
     commongen_hooks,
@@ -19,6 +20,7 @@ from jobs import (
     gsm_hooks,
 )
 from pipeline import Settings, run
+from pipeline.answers import join
 from pipeline.errors import InputError
 from pipeline.jobs import Job, load_job
 from pipeline.loop import Step, build_messages
@@ -118,7 +120,7 @@ def field_texts(value: Any) -> list[str]:
             {"review": True, "target_sentiment": True},
             (None, None, 4),
             "text",
-            "",
+            "check",
         ),
         ("dialogue", {"context": True}, ("score", 28.0, 3), "text", "check"),
         (
@@ -362,25 +364,75 @@ def test_commongen_inflections(concept: str, sentence: str, used: bool) -> None:
         (
             ["dog", "frisbee", "catch", "throw"],
             "A man throws a frisbee and his dog catches it.",
-            {"coverage": 1.0, "missing": []},
+            (1.0, [], 1, 1.0),
             [],
         ),
         (
             ["dog", "frisbee", "catch", "throw"],
             "A dog sleeps.",
-            {"coverage": 0.25, "missing": ["frisbee", "catch", "throw"]},
+            (0.25, ["frisbee", "catch", "throw"], 1, 0.25),
             ["These words are missing and must be added: frisbee, catch, throw."],
         ),
-        ([], "Anything.", {"coverage": 1.0, "missing": []}, []),
+        ([], "Anything.", (1.0, [], 1, 1.0), []),
+        (
+            ["dog", "frisbee", "catch", "throw"],
+            "A dog sleeps. A man throws a frisbee and catches it.",
+            (0.25, ["frisbee", "catch", "throw"], 2, 1.0),
+            [
+                "The answer has 2 sentences; the task asks for exactly one. Join them into one "
+                "sentence (with commas, 'and', 'while', 'as'), keeping every word."
+            ],
+        ),
+        (
+            ["dog", "sleep"],
+            "A dog sleeps.\nTo address the feedback, I added the missing words.",
+            (1.0, [], 2, 1.0),
+            [
+                'Remove the note that is not part of the sentence: "To address the feedback, '
+                'I added the missing words.". Reply with the sentence only.',
+                "The answer has 2 sentences; the task asks for exactly one. Join them into one "
+                "sentence (with commas, 'and', 'while', 'as'), keeping every word.",
+            ],
+        ),
     ],
 )
 def test_commongen_evaluate_and_check(
-    concepts: list[str], sentence: str, metrics: dict[str, Any], findings: list[str]
+    concepts: list[str],
+    sentence: str,
+    metrics: tuple[float, list[str], int, float],
+    findings: list[str],
 ) -> None:
-    """commongen reports coverage and missing concepts; check asks for the missing ones."""
+    """commongen scores the first sentence, as the task defines it; check asks for one
+    sentence, for the missing words and for no notes."""
     fields = {"concepts": concepts}
-    assert commongen_hooks.evaluate(fields, sentence) == metrics
+    coverage, missing, count, anywhere = metrics
+    assert commongen_hooks.evaluate(fields, sentence) == {
+        "coverage": coverage,
+        "missing": missing,
+        "sentences": count,
+        "one_sentence": count == 1,
+        "coverage_any_sentence": anywhere,
+    }
     assert commongen_hooks.check(fields, sentence) == findings
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("A dog runs. The cat sleeps.", ["A dog runs.", "The cat sleeps."]),
+        ("Mr. Smith walks his dog past St. Mary's church.", None),
+        ("At 5 p.m. a man waits.", None),
+        ("A dog runs!  Then it stops?", ["A dog runs!", "Then it stops?"]),
+        ("A dog runs\nA cat sleeps", ["A dog runs", "A cat sleeps"]),
+        ('He shouts "stop." Then he leaves.', ['He shouts "stop."', "Then he leaves."]),
+        ("Version 2.5 of the app loads.", None),
+        ("no final stop", None),
+        ("", []),
+    ],
+)
+def test_commongen_sentences(text: str, expected: list[str] | None) -> None:
+    """Sentences end at . ! ? before a capital (abbreviations aside) and at line breaks."""
+    assert commongen_hooks.sentences(text) == (expected if expected is not None else [text])
 
 
 # -- acronym ---------------------------------------------------------------------------------
@@ -564,11 +616,15 @@ def test_code_readability_evaluate_and_check(
 def test_code_optimize_evaluate_and_check(
     test_input: object, output: str, metrics: dict[str, Any], finding: str | None
 ) -> None:
-    """code-optimize reports parses and, given a test input, whether the output is unchanged."""
+    """code-optimize reports parses and, given a test input, whether the output is unchanged
+    (and then its speedup)."""
     fields: dict[str, Any] = {"input": SLOW_SUM}
     if test_input is not None:
         fields["test_input"] = test_input
-    assert code_optimize_hooks.evaluate(fields, output) == metrics
+    got = code_optimize_hooks.evaluate(fields, output)
+    speedup = got.pop("speedup", None)
+    assert got == metrics
+    assert isinstance(speedup, float) is (metrics.get("same_output") is True)
     found = code_optimize_hooks.check(fields, output)
     if finding is None:
         assert found == []
@@ -616,3 +672,180 @@ def test_job_runs_end_to_end_on_original_records(name: str, sim: Simulator, tmp_
         if job.checker is not None:  # and so did the checks
             answers = [s for s in traces[o["id"]] if s["role"] != "feedback"]
             assert all(isinstance(s.get("checks"), list) for s in answers)
+
+
+# -- code-optimize timing ----------------------------------------------------------------------
+
+LOOP_SUM = "N = int(input())\ntotal = 0\nfor i in range(1, N + 1):\n    total += i\nprint(total)\n"
+
+
+def test_code_optimize_times_the_answer_against_the_original() -> None:
+    """A far faster answer on a measurable test input reports its speedup, and no finding."""
+    fields = {"input": LOOP_SUM, "test_input": "2000000\n"}
+    metrics = code_optimize_hooks.evaluate(fields, FAST_SUM)
+    assert metrics["same_output"] is True and metrics["speedup"] > 10
+    assert code_optimize_hooks.check(fields, FAST_SUM) == []
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "finding"),
+    [
+        (0.200, 0.198, True),  # the same speed
+        (0.200, 0.300, True),  # slower
+        (0.200, 0.190, True),  # faster by less than MIN_SPEEDUP: within the noise
+        (0.200, 0.100, False),
+        (0.0004, 0.0004, False),  # too fast to judge
+    ],
+)
+def test_code_optimize_finds_an_answer_that_is_not_faster(
+    monkeypatch: pytest.MonkeyPatch, before: float, after: float, finding: bool
+) -> None:
+    """Same output but not faster by MIN_SPEEDUP (on a measurable input) is a finding."""
+    monkeypatch.setattr(code_optimize_hooks, "_timing", lambda *args: (before, after))
+    fields = {"input": SLOW_SUM, "test_input": "5\n"}
+    found = code_optimize_hooks.check(fields, FAST_SUM)
+    assert bool(found) is finding
+    if finding:
+        assert found[0].startswith("The program is not faster than the original")
+        assert f"speedup {before / after:.2f}" in found[0]
+
+
+# -- code-improve: the answer's own tests ------------------------------------------------------
+
+ADD = "def add(a, b):\n    return a + b"
+
+
+@pytest.mark.parametrize(
+    ("output", "metrics", "findings"),
+    [
+        (join(ADD, "assert add(1, 2) == 3"), (1, 1, []), []),
+        (
+            join(ADD, "assert add(1, 2) == 4\nassert add(0, 0) == 0"),
+            (1, 2, ["assert add(1, 2) == 4"]),
+            ["Failing test `assert add(1, 2) == 4`: AssertionError (add(1, 2) is 3)."],
+        ),
+        (ADD, (0, 0, []), ["Add tests: a second ```python block"]),
+        (
+            join("raise RuntimeError('x')", "assert True"),
+            (0, 1, ["assert True"]),
+            ["The code fails before any test runs: RuntimeError: x (line 1)."],
+        ),
+        (
+            join("def add(:", "assert add(1, 2) == 3"),
+            (0, 1, ["assert add(1, 2) == 3"]),
+            ["Fix the syntax error at line 1"],
+        ),
+        (
+            join(ADD + "  # as the feedback suggested", "assert add(1, 2) == 3"),
+            (1, 1, []),
+            ["Remove the comment on line 2 about the changes or the feedback"],
+        ),
+        (
+            join(ADD + "\nprint(add(1, 1))  # 3", "assert add(1, 1) == 2"),
+            (1, 1, []),
+            ["The comment on line 3 claims an output nobody checked (`# 3`): turn it into an"],
+        ),
+        (
+            join(ADD, "\n".join(f"assert add({i}, 0) == -1" for i in range(5))),
+            (0, 5, [f"assert add({i}, 0) == -1" for i in range(5)]),
+            [
+                "Failing test `assert add(0, 0) == -1`",
+                "Failing test",
+                "Failing test",
+                "2 more tests fail.",
+            ],
+        ),
+        ("", (0, 0, []), ["Give the complete code in the first ```python block."]),
+        (
+            join(ADD, "assert add(1, 2) == 3\nassert add('(]) == 0"),
+            (0, 1, ["assert add(1, 2) == 3 assert add('(]) == 0"]),  # whitespace-normalized
+            ["Fix the syntax error in the tests at line 2: unterminated string literal"],
+        ),
+    ],
+)
+def test_code_improve_evaluate_and_check(
+    output: str, metrics: tuple[int, int, list[str]], findings: list[str]
+) -> None:
+    """code-improve runs the answer's tests: counts, the failing ones, and a finding for each
+    failure, a missing test, a failing program and a note in a comment."""
+    passed, total, failed = metrics
+    got = code_improve_hooks.evaluate({"task": "add"}, output)
+    assert (got["tests_passed"], got["tests_total"], got["tests_failed"]) == (passed, total, failed)
+    found = code_improve_hooks.check({"task": "add"}, output)
+    assert len(found) == len(findings)
+    for text, start in zip(found, findings, strict=True):
+        assert text.startswith(start)
+
+
+# -- every job: the artifact alone --------------------------------------------------------------
+
+NOTE = "To address the feedback, I added the missing words."
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "output"),
+    [
+        ("commongen", {"concepts": ["dog", "run"]}, f"A dog runs. {NOTE}"),
+        (
+            "sentiment-reversal",
+            {"review": "Bad.", "target_sentiment": "positive"},
+            f"Great food! {NOTE}",
+        ),
+        ("dialogue", {"context": "User: hi"}, f"Hello there! {NOTE}"),
+        ("acronym", {"title": "Deep Operator Graphs"}, f"DOG\nDeep Operator Graphs\n{NOTE}"),
+        (
+            "gsm",
+            {"input": "1 + 1?"},
+            "def solution():\n    # as suggested by the feedback\n    return 2",
+        ),
+        ("code-optimize", {"input": "print(1)"}, "print(1)  # improved: as the feedback asked"),
+        (
+            "code-readability",
+            {"input": "print(1)"},
+            "# Changed: as suggested by the reviewer\nprint(1)",
+        ),
+        (
+            "code-improve",
+            {"task": "t"},
+            join(ADD + "  # fixed as the feedback said", "assert add(1, 1) == 2"),
+        ),
+    ],
+)
+def test_every_job_flags_notes_about_the_feedback(
+    name: str, fields: dict[str, Any], output: str
+) -> None:
+    """Each built-in job's check finds a note about the feedback left in the answer."""
+    job = load_job(name)
+    assert job.checker is not None
+    found = job.checker(fields, output)
+    assert any("Remove the" in f and ("note" in f or "comment" in f) for f in found), found
+
+
+@pytest.mark.parametrize("name", [*PAPER_JOBS, "code-improve"])
+def test_feedback_schemas_are_bounded(name: str) -> None:
+    """Every string and array of every built-in feedback schema has a maximum length: a
+    grammar then cannot let a small model repeat one phrase until max_tokens."""
+
+    def unbounded(schema: Any, path: str) -> list[str]:
+        if not isinstance(schema, dict):
+            return []
+        found = []
+        if schema.get("type") == "string" and "maxLength" not in schema and "enum" not in schema:
+            found.append(path)
+        if schema.get("type") == "array":
+            if "maxItems" not in schema:
+                found.append(path)
+            found += unbounded(schema.get("items"), path + "[]")
+        for key, sub in (schema.get("properties") or {}).items():
+            found += unbounded(sub, f"{path}.{key}")
+        return found
+
+    assert unbounded(dict(load_job(name).feedback_schema), name) == []
+
+
+@pytest.mark.parametrize("name", [*PAPER_JOBS, "code-improve"])
+def test_refine_prompts_ask_for_the_artifact_only(name: str) -> None:
+    """No refine prompt asks for prose about the changes; each says what alone to reply with."""
+    prompt = load_job(name).refine_prompt.lower()
+    assert "sentences on what changed" not in prompt
+    assert "only" in prompt or "nothing else" in prompt

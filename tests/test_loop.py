@@ -13,10 +13,14 @@ from pipeline.calls import Completion, Outcome, Step
 from pipeline.errors import AuthError, CallError, FatalCallError
 from pipeline.jobs import InputField, Job, load_job
 from pipeline.loop import (
+    CUT_OFF,
+    RETRY_FREQUENCY_PENALTY,
+    Call,
     Policy,
     Stop,
     build_messages,
     choose,
+    next_call,
     plan,
     refine_record,
     render_history,
@@ -24,7 +28,8 @@ from pipeline.loop import (
 from pipeline.records import Record
 from tests.fakes import RecordingSink, ScriptedClient
 
-SCORED = load_job("code-improve")  # scores its feedback; score_threshold 10
+# code-improve without its hooks and tests: scores its feedback; score_threshold 10
+SCORED = dataclasses.replace(load_job("code-improve"), checker=None, evaluator=None, extract="code")
 UNSCORED = dataclasses.replace(SCORED, score_field=None, score_threshold=None)
 THRESHOLD_8 = dataclasses.replace(SCORED, score_threshold=8.0)
 RECORD = Record("r1", 7, {"id": "r1", "task": "sum the even numbers of a list"})
@@ -490,13 +495,80 @@ async def test_resume_of_a_finished_record_makes_no_call() -> None:
 
 
 @pytest.mark.anyio
-async def test_answer_cut_off_at_max_tokens_is_a_step_error() -> None:
-    """finish_reason=length marks the step with a length error; the loop carries on."""
-    cut = Completion(code("v0"), 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
-    outcome, _, _ = await run([cut, feedback(3, done=True)])
+async def test_answer_cut_off_at_max_tokens_is_a_finding() -> None:
+    """An answer cut off inside its code is marked, vetoes done, and the refine step is told."""
+    text = "Here you go:\n```python\nv0"  # the block never closed
+    cut = Completion(text, 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
+    outcome, client, _ = await run(
+        [cut, feedback(3, done=True), code("v1"), feedback(4, done=True)]
+    )
     assert outcome.steps[0].error is not None and outcome.steps[0].error["type"] == "length"
-    assert outcome.steps[1].error is None
-    assert (outcome.status, outcome.stop_reason) == ("done", "done")
+    assert outcome.steps[0].checks == [CUT_OFF]
+    assert CUT_OFF in client.messages[2][-1]["content"]
+    assert (outcome.status, outcome.stop_reason, outcome.output) == ("done", "done", "v1")
+    assert client.penalties == [None] * 4  # answers are refined, not retried
+
+
+@pytest.mark.anyio
+async def test_answer_whose_prose_was_cut_off_is_whole() -> None:
+    """Only the prose after a closed code block ran out: the code stands, with no finding."""
+    text = code("v0") + "\nThis code adds the numbers one by one, and then it"
+    cut = Completion(text, 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
+    outcome, _, _ = await run([cut, feedback(3, done=True)])
+    assert outcome.steps[0].checks is None and outcome.stop_reason == "done"
+
+
+def cut_off(text: str) -> Completion:
+    """An answer that ran into max_tokens."""
+    return Completion(text, 100, 1024, 0.5, 1, finish_reason="length", model="fake-model")
+
+
+RUNAWAY = '{"speed": "doll, doll, doll, doll, doll'
+
+
+@pytest.mark.anyio
+async def test_feedback_cut_off_is_retried_once_with_a_penalty() -> None:
+    """A cut-off feedback is asked again with a frequency penalty; the retry is what counts."""
+    outcome, client, _ = await run([code("v0"), cut_off(RUNAWAY), feedback(3, done=True)])
+    assert [(s.role, s.iteration) for s in outcome.steps] == [
+        ("generate", 0),
+        ("feedback", 0),
+        ("feedback", 0),
+    ]
+    assert outcome.steps[1].error == {
+        "type": "length",
+        "message": "answer cut off at max_tokens (finish_reason=length)",
+    }
+    assert client.penalties == [None, None, RETRY_FREQUENCY_PENALTY]
+    assert client.messages[2] == client.messages[1]  # the same question, asked again
+    assert (outcome.stop_reason, outcome.score) == ("done", 3.0)
+
+
+@pytest.mark.anyio
+async def test_feedback_cut_off_twice_stays_a_length_error_and_the_loop_goes_on() -> None:
+    """A retry cut off again is kept (as cut off, not as a parse failure); the loop refines."""
+    outcome, client, _ = await run(
+        [code("v0"), cut_off(RUNAWAY), cut_off(RUNAWAY), code("v1"), feedback(4, done=True)]
+    )
+    assert [s.role for s in outcome.steps] == [
+        "generate",
+        "feedback",
+        "feedback",
+        "refine",
+        "feedback",
+    ]
+    assert [(s.error or {}).get("type") for s in outcome.steps[1:3]] == ["length", "length"]
+    assert client.penalties == [None, None, RETRY_FREQUENCY_PENALTY, None, None]
+    assert (outcome.output, outcome.stop_reason) == ("v1", "done")
+
+
+@pytest.mark.anyio
+async def test_resumed_cut_off_feedback_is_retried_with_the_penalty() -> None:
+    """Resuming right after a cut-off feedback retries it once, with the penalty."""
+    first, _, _ = await run([code("v0"), cut_off(RUNAWAY), feedback(3, done=True)])
+    resumed, client, _ = await run([feedback(3, done=True)], prior=first.steps[:2])
+    assert client.penalties == [RETRY_FREQUENCY_PENALTY]
+    assert resumed.output_line() == first.output_line()
 
 
 @pytest.mark.anyio
@@ -534,3 +606,16 @@ def test_min_iters_overrides_early_done() -> None:
     assert plan([gen(), fb(0, score=10)], SCORED, 2, 1) == ("refine", 1)
     later = [*steps, ref(1, "better"), fb(1, done=True)]
     assert plan(later, SCORED, max_iters=2, min_iters=1) == Stop("done")
+
+
+def test_next_call_after_a_cut_off_feedback_carries_the_penalty() -> None:
+    """The Batch API and Ray drivers get the retry's penalty from next_call, as body fields."""
+    draft = Step("generate", 0, [], code("v0"), None, USAGE, 0.1, 1, output="v0")
+    cut = Step(
+        "feedback", 0, [], RUNAWAY, None, USAGE, 0.1, 1, error={"type": "length", "message": "m"}
+    )
+    retry = next_call(SCORED, RECORD, [draft, cut], Policy(3))
+    assert isinstance(retry, Call) and (retry.role, retry.iteration) == ("feedback", 0)
+    assert retry.sampling() == {"frequency_penalty": RETRY_FREQUENCY_PENALTY}
+    first = next_call(SCORED, RECORD, [draft], Policy(3))
+    assert isinstance(first, Call) and first.sampling() == {}

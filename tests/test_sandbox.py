@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.sandbox import MAX_OUTPUT_BYTES, SandboxResult, run_python
+from pipeline.sandbox import MAX_OUTPUT_BYTES, SandboxResult, run_python, run_tests
 
 
 def test_stdout_is_captured() -> None:
     """What the program prints comes back as stdout, and the run is ok."""
     result = run_python("print('hello')\nprint(6 * 7)")
-    assert result == SandboxResult(True, "hello\n42\n", None, None, False, "")
+    assert result == SandboxResult(True, "hello\n42\n", None, None, False, "", result.cpu_s)
+    assert result.cpu_s is not None and 0 <= result.cpu_s < 1
 
 
 def test_stdin_is_the_programs_input() -> None:
@@ -213,3 +214,72 @@ def test_bad_limits_are_refused(kwargs: dict[str, float]) -> None:
     """Non-positive limits are a caller error."""
     with pytest.raises(ValueError):
         run_python("pass", **kwargs)  # type: ignore[arg-type]
+
+
+# -- run_tests -------------------------------------------------------------------------------
+
+BUGGY_FIB = (
+    "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        b = a + b\n    return a\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "result"),
+    [
+        ("assert fib(0) == 0", None),
+        ("assert fib(10) == 55", "`assert fib(10) == 55`: AssertionError (fib(10) is 0)"),
+        (
+            "assert fib(1) == 1, 'one'",
+            "`assert fib(1) == 1, 'one'`: AssertionError: one (fib(1) is 0)",
+        ),
+        (
+            "x = [fib(i) for i in range(3)]\nassert x == [0, 1, 1]",
+            "`assert x == [0, 1, 1]`: AssertionError (x is [0, 0, 0])",
+        ),
+        ("def test_f():\n    assert fib(2) == 1\ntest_f()", "`assert fib(2) == 1`: AssertionError"),
+        (
+            "fib(None)",
+            "`fib(None)`: TypeError: 'NoneType' object cannot be interpreted as an integer",
+        ),
+        ("while True:\n    pass", "`pass`: did not finish within 0.5 s"),
+        ("import sys\nsys.exit(0)", None),
+        ("assert (", "`assert (`: SyntaxError: '(' was never closed (<test>, line 1)"),
+    ],
+)
+def test_run_tests_reports_each_test(test: str, result: str | None) -> None:
+    """Each test passes or fails on its own, saying where and, for ==, what the value was."""
+    run = run_tests(BUGGY_FIB, ["assert fib(0) == 0", test, "assert fib(0) == 0"], per_test_s=0.5)
+    assert run.error is None
+    assert run.results == (None, result, None)
+    assert run.passed == 3 - (result is not None)
+
+
+def test_run_tests_when_the_code_fails() -> None:
+    """Code that raises before its tests run is the run's error; no test counts as run."""
+    run = run_tests("raise ValueError('boom')", ["assert True"])
+    assert run.results == () and run.error == "ValueError: boom (line 1)"
+    assert run.passed == 0
+
+
+def test_run_tests_after_code_that_exits_cleanly() -> None:
+    """Code that ends with sys.exit(0), or shadows builtins, still has its tests run."""
+    run = run_tests("import sys\nprint = None\nsys.exit(0)", ["assert 1 + 1 == 2"])
+    assert run.results == (None,)
+
+
+def test_run_tests_when_a_test_stops_the_whole_run() -> None:
+    """A test past the whole run's deadline fails; the tests after it did not run."""
+    run = run_tests(
+        "", ["assert True", "x = 10 ** 10 ** 8", "assert True"], timeout_s=1.0, per_test_s=5.0
+    )
+    assert run.results[0] is None
+    assert run.results[1] is not None and run.results[1].startswith("stopped the run: timed out")
+    assert run.results[2] == "not run: an earlier test stopped the run"
+
+
+def test_cpu_time_is_the_programs_own() -> None:
+    """cpu_s counts the program's work, not the interpreter's start."""
+    idle = run_python("x = 1")
+    busy = run_python("total = 0\nfor i in range(3_000_000):\n    total += i")
+    assert idle.cpu_s is not None and busy.cpu_s is not None
+    assert idle.cpu_s < 0.01 < busy.cpu_s

@@ -537,6 +537,7 @@ class _Driver:
                     "messages": sent,
                     "temperature": call.temperature,
                     "max_tokens": call.max_tokens,
+                    **call.sampling(),
                     **extra,
                 }
             )

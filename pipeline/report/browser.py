@@ -114,6 +114,8 @@ def record_detail(cand: Candidate, steps: Sequence[Any], pricing: Pricing) -> di
         if step.get("role") == "feedback":
             parsed = step.get("parsed")
             found = step.get("findings")
+            if entry["feedback"] is not None:  # a cut-off feedback was retried: keep it shown
+                entry.setdefault("retried_feedback", []).append(entry["feedback"])
             entry["feedback"] = {
                 "parsed": _small(parsed) if isinstance(parsed, dict) else None,
                 "findings": [

@@ -79,6 +79,22 @@ def test_record_detail_groups_calls_by_iteration() -> None:
     assert second["feedback"]["error"]["type"] == "feedback_parse"
 
 
+def test_record_detail_keeps_a_retried_cut_off_feedback() -> None:
+    """A cut-off feedback that was retried stays shown, with its raw text, before the retry."""
+    steps = [
+        step("generate", 0, output="a"),
+        step(
+            "feedback", 0, response="doll, doll, doll", error={"type": "length", "message": "cut"}
+        ),
+        step("feedback", 0, parsed={"actions": ["shorter"], "done": False}),
+    ]
+    [it] = record_detail(Candidate(0, ["r"], [], None), steps, MODEL)["iterations"]
+    assert it["feedback"]["parsed"] == {"actions": ["shorter"], "done": False}
+    [earlier] = it["retried_feedback"]
+    assert earlier["response"] == "doll, doll, doll" and earlier["error"]["type"] == "length"
+    assert len(it["calls"]) == 3
+
+
 def test_record_detail_cost_is_unknown_when_a_call_has_no_price() -> None:
     """An iteration's dollars are the sum of its calls', or unknown when one has no price."""
     million = {"prompt_tokens": 10**6, "completion_tokens": 0}

@@ -1,0 +1,95 @@
+"""Hooks for the code-improve job: the answer's code runs its own tests in the sandbox.
+
+An answer is the code plus the tests it carries (asserts on the behaviour the request
+asks for), kept as one program by ``pipeline.answers``. ``evaluate`` counts the tests
+that pass; ``check`` turns every failing test, exception, timeout, missing test and
+note about the review into a finding for the refine step.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline import answers
+from pipeline.sandbox import TestsRun, run_tests, syntax_problem
+
+TIMEOUT_S = 10.0
+PER_TEST_S = 2.0
+MEMORY_MB = 512
+SHOWN_FAILURES = 3  # more failing tests than this are counted, not listed
+
+
+@functools.lru_cache(maxsize=256)
+def _run(code: str, tests: tuple[str, ...]) -> TestsRun:
+    # evaluate and check ask for the same run.
+    return run_tests(code, tests, timeout_s=TIMEOUT_S, per_test_s=PER_TEST_S, memory_mb=MEMORY_MB)
+
+
+def _results(output: str) -> tuple[list[str], TestsRun | None]:
+    """The answer's tests and what running them found (None when the code does not parse)."""
+    code, tests = answers.split(output)
+    units = answers.split_tests(tests)
+    if syntax_problem(code) is not None or not units:
+        return units, None
+    return units, _run(code, tuple(units))
+
+
+def _located(output: str, problem: str) -> str:
+    """``problem`` ("line 3: ...") with the offending line of the tests quoted."""
+    tests = answers.split(output)[1].splitlines()
+    number = problem.removeprefix("line ").split(":", 1)[0]
+    if number.isdigit() and 0 < int(number) <= len(tests):
+        return f"{problem} (`{tests[int(number) - 1].strip()[:120]}`)"
+    return problem
+
+
+def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
+    """``tests_passed`` / ``tests_total`` of the answer's own tests, and which ones failed."""
+    code, _ = answers.split(output)
+    units, run = _results(output)
+    metrics: dict[str, Any] = {"parses": syntax_problem(code) is None, "tests_total": len(units)}
+    if run is None or run.error is not None:
+        failed = units
+    else:
+        failed = [u for u, r in zip(units, run.results, strict=True) if r is not None]
+    metrics["tests_passed"] = len(units) - len(failed)
+    # The loop keeps these tests' passing counterparts with later answers (see loop.py).
+    metrics[answers.FAILED_TESTS] = [answers.normalized(u) for u in failed]
+    return metrics
+
+
+def check(fields: Mapping[str, Any], output: str) -> list[str]:
+    """Findings: syntax errors, missing tests, a failing program or test, notes in comments."""
+    code, _ = answers.split(output)
+    if not code.strip():
+        return ["Give the complete code in the first ```python block."]
+    problem = syntax_problem(code)
+    if problem is not None:
+        return [f"Fix the syntax error at {problem}."]
+    found = answers.comment_commentary(code, tests=True)
+    units, run = _results(output)
+    tests_problem = syntax_problem(answers.split(output)[1])
+    if units and tests_problem is not None:
+        found.append(f"Fix the syntax error in the tests at {_located(output, tests_problem)}.")
+        return found
+    if not units:
+        found.append(
+            "Add tests: a second ```python block of assert statements that call the code "
+            "and check the results the request asks for, edge cases included."
+        )
+        return found
+    assert run is not None
+    if run.error is not None:
+        found.append(f"The code fails before any test runs: {run.error}.")
+        return found
+    failures = [(u, r) for u, r in zip(units, run.results, strict=True) if r is not None]
+    for _, why in failures[:SHOWN_FAILURES]:
+        found.append(
+            f"Failing test {why}. Fix the code so that it does what the request asks; if "
+            "the test itself expects a wrong value, correct the test."
+        )
+    if len(failures) > SHOWN_FAILURES:
+        found.append(f"{len(failures) - SHOWN_FAILURES} more tests fail.")
+    return found

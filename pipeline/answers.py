@@ -1,0 +1,408 @@
+"""Answers: the artifact inside a model's reply, apart from tests, preamble and notes.
+
+Models wrap what was asked for: a preamble ("Here is the improved sentence:"), fenced
+code followed by prose, tests next to the code, notes about the feedback they were
+given. ``extract`` keeps the artifact the job asks for; ``meta_commentary`` and
+``comment_commentary`` find the notes that survive it, as findings for a job's check.
+
+For jobs whose answers carry their own tests (``extract = "code-with-tests"``) an
+answer is kept as one program: the code, then ``TESTS_MARKER`` on a line of its own,
+then the tests. That is what the sandbox runs, what the critic and the refine step see
+and what ``split`` takes apart again for the output. Pure functions only.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import sys
+import tokenize
+from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "EXTRACT_MODES",
+    "FAILED_TESTS",
+    "TESTS_MARKER",
+    "carry_tests",
+    "comment_commentary",
+    "extract",
+    "extract_code",
+    "extract_text",
+    "join",
+    "meta_commentary",
+    "normalized",
+    "split",
+    "split_tests",
+]
+
+EXTRACT_MODES = ("text", "code", "code-with-tests")
+TESTS_MARKER = "# --- tests ---"
+# The metric in which a code-with-tests job's evaluator lists the tests an answer fails
+# (each as ``normalized`` gives it): the loop keeps the others with later answers.
+FAILED_TESTS = "tests_failed"
+_PYTHON_TAGS = frozenset({"python", "py", "python3", "py3"})
+# An opening fence anywhere, its body up to a closing fence or the end of the answer
+# (an answer cut off at max_tokens leaves its last fence open).
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_SHOWN_CHARS = 80
+
+# Lines that only announce the answer: "Sure!", "Here is the rewritten review:".
+_INTERJECTION = re.compile(r"^\W*(?:sure|certainly|of course|okay|ok|absolutely)\W*$", re.I)
+_ANNOUNCEMENT = re.compile(
+    r"^[^\n]{0,100}\b(?:answer|response|version|sentence|review|rewrite|code|program|turn|"
+    r"acronym|solution)\b[^\n]{0,20}:[\s*]*$",
+    re.IGNORECASE,
+)
+# A label in front of the answer on its own line: "Improved sentence: A dog ...".
+_LABEL = re.compile(
+    r"^\W{0,3}(?:the\s+)?(?:(?:final|improved|refined|revised|rewritten|updated|corrected|"
+    r"extended|new)\s+)?(?:sentence|review|rewrite|answer|response)\s*\**\s*:\s*\**\s*",
+    re.IGNORECASE,
+)
+
+# Notes about the feedback or the editing, which are no part of an artifact. Each
+# pattern was seen in small models' answers (or is a close variant of one that was).
+_META = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"\bto address (?:the|this|your|each|all|these)\b[^.\n]{0,30}?\b(?:feedback|comments?|"
+        r"issues?|points?|suggestions?|actions?|concerns?|problems?|errors?|missing|add\w*)",
+        r"\b(?:the|this|your|given) feedback\b",
+        r"\bas (?:suggested|requested|recommended|advised|pointed out)\b",
+        r"\bI (?:have |'ve )?(?:added|changed|replaced|removed|included|incorporated|used|"
+        r"inserted|kept|rewrote|revised)\b[^.\n]{0,40}\b(?:words?|concepts?|sentences?|"
+        r"phrases?|clauses?|missing|feedback|actions?|review)\b",
+        r"\b(?:all |the |every )?(?:missing|required|given) (?:words|concepts)\b",
+        r"\b(?:this|the|my) (?:revised|rewritten|refined|improved|corrected|extended|updated) "
+        r"(?:sentence|version|review|rewrite|answer|response|turn|acronym)\b",
+        r"\b(?:the|my) (?:previous|earlier|latest) (?:sentence|attempt|draft|version|answer|"
+        r"rewrite)\b",
+        r"^\W*\(?\s*(?:note|explanation|changes(?: made)?|revisions?)\s*:",
+    )
+)
+
+# Comments that talk about the review rather than the code.
+_META_COMMENT = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"\bfeedback\b",
+        r"\bas (?:suggested|requested|recommended|advised|pointed out)\b",
+        r"\breviewer\b",
+        r"\b(?:previous|original|old|earlier) (?:version|code|implementation|attempt)\b",
+        r"^\W*(?:improved|optimized|optimised|refactored|updated|fixed|changed|modified|"
+        r"corrected|replaced)\s*(?::|version\b|to\b|from\b)",
+        r"^\W*(?:improvement|change|fix)\s*\d*\s*:",
+    )
+)
+# A comment claiming what the code prints or returns: "# Output: [1, 2]", "# -> 55".
+_CLAIM_COMMENT = re.compile(
+    r"^\s*(?:(?:expected\s+)?output|prints?|result|expected)\s*[:=]|^\s*(?:->|=>)", re.IGNORECASE
+)
+_VALUE_START = re.compile(r"^\s*(?:[-+]?\d|[\[({'\"]|True\b|False\b|None\b)")
+
+
+def _blocks(text: str) -> list[tuple[str, str]]:
+    """(language tag, body) of every fenced block, in order."""
+    return [(m.group(1).lower(), m.group(2).strip("\n")) for m in _FENCE.finditer(text)]
+
+
+def _code_blocks(text: str) -> list[str]:
+    """Bodies of the Python blocks (tagged python, or untagged when none is tagged)."""
+    blocks = _blocks(text)
+    tagged = [body for tag, body in blocks if tag in _PYTHON_TAGS]
+    return tagged or [body for tag, body in blocks if not tag]
+
+
+def extract_code(text: str) -> str:
+    """The first Python block of an answer, or the answer itself when it has no fence."""
+    blocks = _code_blocks(text)
+    if blocks:
+        return blocks[0]
+    if _blocks(text):  # only blocks in other languages: the first one
+        return _blocks(text)[0][1]
+    return text.strip()
+
+
+def extract_text(text: str) -> str:
+    """A prose answer without its wrapping: a fence around it, preamble lines, a label, quotes."""
+    text = text.strip()
+    for _ in range(3):  # "Sure!" / "Here is the sentence:" / "```" may come in a row
+        if text.startswith("```"):
+            blocks = _blocks(text)
+            text = blocks[0][1].strip() if blocks else text.strip("`").strip()
+            continue
+        first, _, rest = text.partition("\n")
+        if rest.strip() and (_INTERJECTION.match(first) or _ANNOUNCEMENT.match(first)):
+            text = rest.strip()
+            continue
+        break
+    labelled = _LABEL.match(text)
+    if labelled and text[labelled.end() :].strip():
+        text = text[labelled.end() :].strip()
+    for left, right in (('"', '"'), ("“", "”"), ("**", "**")):
+        inner = text[len(left) : -len(right)] if len(text) > 2 * len(left) else ""
+        if text.startswith(left) and text.endswith(right) and left not in inner:
+            text = inner.strip()
+    return text
+
+
+def join(code: str, tests: str) -> str:
+    """One program: the code, then the marker and the tests (just the code without tests)."""
+    code = code.strip("\n")
+    tests = tests.strip("\n")
+    if not tests:
+        return code
+    return f"{code}\n\n\n{TESTS_MARKER}\n{tests}"
+
+
+def split(program: str) -> tuple[str, str]:
+    """(code, tests) of a program that ``join`` made; tests are "" when it has none."""
+    code, marker, tests = program.partition(TESTS_MARKER)
+    if not marker:
+        return program.strip("\n"), ""
+    return code.strip("\n"), tests.strip("\n")
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
+def _mentions_assert(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Assert) for n in ast.walk(node))
+
+
+def _is_test(node: ast.stmt) -> bool:
+    """Whether a top-level statement is a test rather than part of the code."""
+    if isinstance(node, ast.Assert):
+        return True
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return node.name.startswith("test")
+    if isinstance(node, ast.ClassDef):
+        return node.name.startswith("Test")
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        func = node.value.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        return name.startswith("test") or (name == "main" and _is_unittest(func))
+    return isinstance(node, ast.If | ast.For | ast.While | ast.With | ast.Try) and (
+        _mentions_assert(node)
+    )
+
+
+def _is_unittest(func: ast.expr) -> bool:
+    return isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "unittest"
+
+
+def _segments(source: str, tree: ast.Module) -> list[tuple[ast.stmt, str]]:
+    """Each top-level statement with its source, comments and blank lines before it included."""
+    lines = source.splitlines(keepends=True)
+    out = []
+    start = 0
+    for node in tree.body:
+        end = node.end_lineno or node.lineno
+        out.append((node, "".join(lines[start:end])))
+        start = end
+    if out and start < len(lines):  # trailing comments belong to the last statement
+        node, text = out[-1]
+        out[-1] = (node, text + "".join(lines[start:]))
+    return out
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+    return names
+
+
+def _foreign_import(node: ast.stmt) -> bool:
+    """An import of a module outside the standard library (the tests share the code's names)."""
+    if isinstance(node, ast.ImportFrom):
+        top = (node.module or "").split(".")[0]
+        return node.level > 0 or top not in sys.stdlib_module_names
+    if isinstance(node, ast.Import):
+        return any(a.name.split(".")[0] not in sys.stdlib_module_names for a in node.names)
+    return False
+
+
+def _split_block(source: str, code_names: set[str], *, first: bool) -> tuple[str, str]:
+    """(code, tests) of one fenced block.
+
+    In the first block with code, only test statements are tests. A later block that
+    holds any test is all tests, less imports of the code's own module and copies of
+    functions the code defines (a copy would shadow the code under test).
+    """
+    if TESTS_MARKER in source:
+        return split(source)
+    tree = _parse(source)
+    if tree is None:
+        return _split_unparsable(source) if first else ("", "")
+    segments = _segments(source, tree)
+    if not any(_is_test(node) for node, _ in segments):
+        return (source, "") if first else ("", "")
+    code: list[str] = []
+    tests: list[str] = []
+    for node, text in segments:
+        if _is_test(node):
+            tests.append(text)
+        elif first:
+            code.append(text)
+        elif _foreign_import(node) or (
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and node.name in code_names
+        ):
+            continue
+        else:
+            tests.append(text)
+    return "".join(code).strip("\n"), "".join(tests).strip("\n")
+
+
+_TEST_START = re.compile(r"(?:assert\b|def test|class Test|if __name__|#.*\btests?\b)", re.I)
+
+
+def _split_unparsable(source: str) -> tuple[str, str]:
+    """(code, tests) of a block that does not parse: cut at the first line, at the left
+    margin, that starts the tests, when the code before it parses (the syntax error is
+    then the tests', and the finding can say so); else all code."""
+    lines = source.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if i and _TEST_START.match(line) and _parse("".join(lines[:i])) is not None:
+            return "".join(lines[:i]).strip("\n"), "".join(lines[i:]).strip("\n")
+    return source, ""
+
+
+def code_with_tests(text: str) -> str:
+    """An answer's code and its tests, as one program (see ``join``)."""
+    blocks = _code_blocks(text) or [text.strip()]
+    code = ""
+    tests: list[str] = []
+    for block in blocks:
+        tree = _parse(code)
+        names = _defined(tree) if tree is not None else set()
+        block_code, block_tests = _split_block(block, names, first=not code)
+        if block_code and not code:
+            code = block_code
+        if block_tests:
+            tests.append(block_tests)
+    return join(code, "\n\n".join(tests))
+
+
+def extract(text: str, mode: str) -> str:
+    """The artifact of an answer for a job's ``[output] extract`` mode."""
+    if mode == "code":
+        return extract_code(text)
+    if mode == "code-with-tests":
+        return code_with_tests(text)
+    return extract_text(text)
+
+
+def split_tests(tests: str) -> list[str]:
+    """The tests as separately runnable pieces: one per top-level statement.
+
+    Statements that are not tests themselves (setting up data, helpers, a test function
+    the tests call later) stay with the test after them. A test function nobody calls
+    is called. Tests that do not parse are one piece.
+    """
+    tree = _parse(tests)
+    if tree is None:
+        return [tests] if tests.strip() else []
+    called = {
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    units: list[str] = []
+    pending = ""
+    for node, text in _segments(tests, tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if _is_test(node) and node.name not in called and not isinstance(node, ast.ClassDef):
+                units.append((pending + text).strip("\n") + f"\n{node.name}()")
+                pending = ""
+            else:
+                pending += text
+        elif _is_test(node):
+            units.append((pending + text).strip("\n"))
+            pending = ""
+        else:
+            pending += text
+    if pending.strip() and units:
+        units[-1] += "\n" + pending.strip("\n")
+    elif pending.strip():
+        units.append(pending.strip("\n"))
+    return units
+
+
+def normalized(unit: str) -> str:
+    """A test's identity across answers: its code, whatever the spacing and comments."""
+    tree = _parse(unit)
+    return ast.unparse(tree) if tree is not None else " ".join(unit.split())
+
+
+def carry_tests(program: str, kept: Sequence[str]) -> str:
+    """``program`` with the ``kept`` tests it dropped appended to its tests."""
+    code, tests = split(program)
+    present = {normalized(u) for u in split_tests(tests)}
+    missing = [u for u in kept if normalized(u) not in present]
+    if not missing:
+        return program
+    return join(code, "\n".join([tests, *missing]).strip("\n"))
+
+
+def _quoted(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def _sentences(text: str) -> Iterable[str]:
+    for line in text.splitlines():
+        yield from re.split(r"(?<=[.!?])\s+", line)
+
+
+def meta_commentary(text: str, what: str = "answer") -> list[str]:
+    """A finding when prose notes about the feedback or the edit remain in a text answer."""
+    for sentence in _sentences(text):
+        if any(p.search(sentence) for p in _META):
+            return [
+                f'Remove the note that is not part of the {what}: "{_quoted(sentence)}". '
+                f"Reply with the {what} only."
+            ]
+    return []
+
+
+def _comments(code: str) -> list[tuple[int, str, str]]:
+    """(line number, comment text without '#', the code before it on its line)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return []
+    lines = code.splitlines()
+    out = []
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            row, col = tok.start
+            out.append((row, tok.string.lstrip("#").strip(), lines[row - 1][:col]))
+    return out
+
+
+def comment_commentary(code: str, *, tests: bool = False) -> list[str]:
+    """Findings for comments about the review, and comments claiming an unchecked output."""
+    found: list[str] = []
+    for row, comment, before in _comments(code):
+        if any(p.search(comment) for p in _META_COMMENT):
+            found.append(
+                f"Remove the comment on line {row} about the changes or the feedback "
+                f"(`# {_quoted(comment)}`): comments explain the code as it is."
+            )
+        elif _CLAIM_COMMENT.search(comment) or ("print(" in before and _VALUE_START.match(comment)):
+            fix = "turn it into an assert in the tests" if tests else "remove it"
+            found.append(
+                f"The comment on line {row} claims an output nobody checked "
+                f"(`# {_quoted(comment)}`): {fix}."
+            )
+        if len(found) == 2:
+            break
+    return found

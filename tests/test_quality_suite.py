@@ -1,0 +1,105 @@
+"""The code-improve quality suite: fair hidden tests that never reach the model, and its scoring."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import orjson
+import pytest
+
+from pipeline.jobs import load_job
+from pipeline.loop import Step, build_messages
+from pipeline.records import Record
+from pipeline.sandbox import run_tests
+from tests.fixtures.code_suite_solutions import SOLUTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = [
+    orjson.loads(line)
+    for line in (ROOT / "scripts/data/code-suite.jsonl").read_bytes().splitlines()
+]
+HIDDEN: dict[str, list[str]] = orjson.loads(
+    (ROOT / "scripts/data/code-suite-hidden-tests.json").read_bytes()
+)
+
+
+def quality_script() -> ModuleType:
+    """scripts/quality.py, imported as a module."""
+    spec = importlib.util.spec_from_file_location("quality_script", ROOT / "scripts" / "quality.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_request_has_hidden_tests_and_a_reference_solution() -> None:
+    """The suite's requests, hidden tests and reference solutions match one to one."""
+    ids = [r["id"] for r in SUITE]
+    assert len(ids) == len(set(ids)) >= 12
+    assert set(ids) == set(HIDDEN) == set(SOLUTIONS)
+    assert all(len(tests) >= 5 for tests in HIDDEN.values())
+
+
+@pytest.mark.parametrize("rid", sorted(HIDDEN))
+def test_hidden_tests_are_fair(rid: str) -> None:
+    """A correct solution passes every hidden test; an empty one passes none."""
+    assert run_tests(SOLUTIONS[rid], HIDDEN[rid]).passed == len(HIDDEN[rid])
+    assert run_tests("pass", HIDDEN[rid]).passed == 0
+
+
+def test_hidden_tests_never_reach_a_prompt() -> None:
+    """No hidden test appears in any prompt code-improve sends for a suite request."""
+    job = load_job("code-improve")
+    answer = Step("generate", 0, [], "x", None, {}, 0.0, 1, output="def f():\n    pass")
+    critic = Step(
+        "feedback", 0, [], "{}", {"actions": ["a"], "done": False, "score": 3}, {}, 0.0, 1
+    )
+    for i, row in enumerate(SUITE):
+        record = Record(row["id"], i + 1, row)
+        texts = [
+            m["content"]
+            for role, t, prior in (
+                ("generate", 0, []),
+                ("feedback", 0, [answer]),
+                ("refine", 1, [answer, critic]),
+            )
+            for m in build_messages(job, record, role, t, prior)  # type: ignore[arg-type]
+        ]
+        for test in HIDDEN[row["id"]]:
+            for line in test.splitlines():
+                if line.strip().startswith("assert"):
+                    assert all(line.strip() not in text for text in texts)
+
+
+def step(role: str, t: int, output: str | None, error: str | None = None) -> dict[str, Any]:
+    """A trace step as traces.jsonl holds it."""
+    d: dict[str, Any] = {"role": role, "iteration": t, "error": {"type": error} if error else None}
+    if output is not None:
+        d["output"] = output
+    return d
+
+
+def test_answers_by_iteration_takes_the_answer_that_counted() -> None:
+    """A copy retried, or an answer cut off and retried, gives way to its retry."""
+    answers = quality_script().answers_by_iteration(
+        [
+            step("generate", 0, "cut", "length"),
+            step("generate", 0, "v0"),
+            step("feedback", 0, None),
+            step("refine", 1, "v0", "copy"),
+            step("refine", 1, "v1"),
+            step("feedback", 1, None),
+        ]
+    )
+    assert answers == {0: "v0", 1: "v1"}
+
+
+def test_pass_rate_by_iteration_is_carried_forward() -> None:
+    """A record that stopped early counts with its last answer in later rows."""
+    carried = quality_script().carried
+    assert [carried({0: False, 1: True}, t) for t in range(3)] == [False, True, True]
