@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import orjson
 
+from . import merge as merge_mod
 from . import status as status_mod
 from .errors import ConfigError, RefineError, StoreError
 from .jobs import builtin_jobs, load_job
@@ -240,6 +241,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory for report.md and its plots (default RUN_DIR/report)",
     )
 
+    p = sub.add_parser(
+        "merge",
+        help="combine the run directories of --shard runs into one",
+        description="Combine the run directories of the --shard I/N runs of one run into "
+        "OUT_DIR (new or empty): outputs, traces, errors and journals, with a manifest of "
+        "the whole run. Refuses shards of different runs, overlapping shards, and missing "
+        "or unfinished ones (unless --partial). Exits 0 when every record is done, 1 when "
+        "some failed or input lines were unreadable, 2 when it refuses.",
+    )
+    p.add_argument("out_dir", type=Path, metavar="OUT_DIR")
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="merge missing or unfinished shards' work as it is; `refine resume OUT_DIR` "
+        "then runs the rest",
+    )
+
     sub.add_parser("jobs", help="list built-in jobs and their input fields")
     return parser
 
@@ -356,6 +375,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    summary = merge_mod.merge(args.out_dir, args.run_dirs, partial=args.partial)
+    _Console.print(merge_mod.describe(summary))
+    return summary.exit_code
+
+
 def _cmd_jobs(_: argparse.Namespace) -> int:
     for name, path in builtin_jobs().items():
         job = load_job(str(path))
@@ -374,6 +399,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": _cmd_status,
     "jobs": _cmd_jobs,
     "report": _cmd_report,
+    "merge": _cmd_merge,
 }
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from anyio.abc import ObjectSendStream
 
-from .budget import Budget
+from .budget import Budget, Spending
 from .calls import ModelClient, Outcome, Step
 from .client import OpenAIClient
 from .errors import (
@@ -36,7 +36,7 @@ from .errors import (
     UnavailableError,
 )
 from .jobs import Job, load_job
-from .limits import Limiter
+from .limits import Limiter, RateLimiter
 from .loop import Policy, refine_record
 from .manifest import InputInfo, JobInfo, Manifest, clean_url, refuse_different
 from .outputs import Outputs
@@ -158,7 +158,7 @@ def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | Non
 class Models:
     """The run's model clients: the generator's and, when it is another model, the critic's."""
 
-    __slots__ = ("critic", "generator", "owned")
+    __slots__ = ("critic", "generator", "owned", "remote")
 
     def __init__(
         self,
@@ -169,13 +169,15 @@ class Models:
         self.generator = generator
         self.critic = critic
         self.owned = owned  # the clients this run opened (and closes)
+        self.remote = (0, 0, 0)  # calls, retries and 429s of clients in other processes (Ray)
 
     def stats(self) -> tuple[int, int, int]:
-        """Calls, retries and 429s of the clients this run opened."""
+        """Calls, retries and 429s of the clients this run opened, here and on Ray workers."""
+        calls, retries, limited = self.remote
         return (
-            sum(c.calls for c in self.owned),
-            sum(c.retries for c in self.owned),
-            sum(c.limiter.rate_limited for c in self.owned),
+            calls + sum(c.calls for c in self.owned),
+            retries + sum(c.retries for c in self.owned),
+            limited + sum(c.limiter.rate_limited for c in self.owned),
         )
 
     async def aclose(self) -> None:
@@ -234,6 +236,7 @@ class Session:
         self.budget.unknown = used.cost_usd is None
         self.counters = Counters(already=len(self.outputs.finished))
         self.progress = Progress(self.counters, enabled=show_progress)
+        self.live: dict[str, Any] = {}  # a driver's own live figures for progress.json
         self._lines_seen = 0
 
     def _reopen_failed(self) -> set[str]:
@@ -317,7 +320,9 @@ class Session:
         c.calls, c.retries, c.rate_limited = models.stats()
         c.spent_usd = self.budget.total()
         self.progress.tick()
-        self.rd.write_progress({"pid": os.getpid(), "state": "running", **c.snapshot()})
+        self.rd.write_progress(
+            {"pid": os.getpid(), "state": "running", **c.snapshot(), **self.live}
+        )
 
     async def supervise(
         self, models: Models, scope: anyio.CancelScope, install_signal_handlers: bool
@@ -351,7 +356,7 @@ class Session:
         failed = self.outputs.outputs.counts.get("failed", 0)
         bad = len(self.outputs.errors.keys)
         state, code, message = conclude(self.stop, failed, bad)
-        self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot()})
+        self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot(), **self.live})
         return RunSummary(self.rd.path, c, code, state, message)
 
 
@@ -405,11 +410,15 @@ async def run_realtime(session: Session, models: Models) -> None:
 Driver = Callable[[Session, Models], Awaitable[None]]
 
 
-def _driver(settings: Settings) -> Driver:
+def _driver(
+    settings: Settings, generator: _Endpoint, critic: _Endpoint | None, api_key: str | None
+) -> Driver:
     if settings.batch:
         raise ConfigError("--batch is not available in this version")
     if settings.workers is not None:
-        raise ConfigError("--workers is not available in this version")
+        from .cluster import ray_driver  # Ray is an optional extra
+
+        return ray_driver(generator, critic, api_key)
     return run_realtime
 
 
@@ -495,7 +504,11 @@ async def _endpoints(
 
 
 def _open_client(
-    endpoint: _Endpoint, settings: Settings, api_key: str | None, budget: Budget
+    endpoint: _Endpoint,
+    settings: Settings,
+    api_key: str | None,
+    budget: Spending,
+    limiter: RateLimiter | None = None,
 ) -> OpenAIClient:
     return OpenAIClient(
         model=endpoint.model,
@@ -503,7 +516,7 @@ def _open_client(
         api_key=api_key,
         timeout=settings.timeout or 0.0,
         max_retries=settings.max_retries,
-        limiter=Limiter(settings.rpm, settings.tpm),
+        limiter=limiter or Limiter(settings.rpm, settings.tpm),
         concurrency=settings.concurrency,
         structured=endpoint.structured,
         max_in_flight=endpoint.slots,
@@ -580,6 +593,9 @@ async def arun(
                 )
             if settings.budget is not None:
                 _check_budget(prices, generator, critic_side)
+            if settings.workers is not None and (client is not None or critic is not None):
+                raise ConfigError("--workers opens its clients on the Ray workers: give no client")
+            driver = _driver(settings, generator, critic_side, api_key)
             manifest = _manifest(
                 job, input_path, settings, generator, critic_side, fingerprint(input_path)
             )
@@ -608,9 +624,7 @@ async def arun(
                     owned.append(critic_client)
             models = Models(gen_client, critic_client, tuple(owned))
             try:
-                summary = await _execute(
-                    session, models, _driver(settings), install_signal_handlers
-                )
+                summary = await _execute(session, models, driver, install_signal_handlers)
             finally:
                 await models.aclose()
             with contextlib.suppress(StoreError):

@@ -1,0 +1,300 @@
+"""`--workers N` on a local 2-CPU Ray instance: same results, one rate limit, one budget, faults."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from pipeline import Settings, arun, run, run_status
+from pipeline.runner import EXIT
+from pipeline.testing.simulator import SimConfig, Simulator
+from tests.helpers import read_jsonl, tasks, write_jsonl
+
+ray = pytest.importorskip("ray")
+
+REFINE = [sys.executable, "-m", "pipeline.cli"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """One local Ray instance (2 CPUs, a small object store) for this module; its address."""
+    # On this (main) thread, which outlives the module: Ray's processes die with the thread
+    # that started them. Ray's SIGTERM handler is taken back off.
+    sigterm = signal.getsignal(signal.SIGTERM)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=80 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+    )
+    signal.signal(signal.SIGTERM, sigterm)
+    try:
+        yield str(ray.get_runtime_context().gcs_address)
+    finally:
+        ray.shutdown()
+
+
+def settings(url: str, **kw: Any) -> Settings:
+    """A code-improve run against the simulator at ``url``."""
+    base: dict[str, Any] = {"model": "sim-model", "base_url": url, "max_iters": 2}
+    return Settings(**{**base, **kw})
+
+
+def completed_repeats(sim: Simulator) -> int:
+    """Calls answered more than once (the same messages, completed again)."""
+    bodies = Counter(
+        orjson.dumps(b["messages"], option=orjson.OPT_SORT_KEYS) for b in sim.completed_bodies()
+    )
+    return sum(n - 1 for n in bodies.values())
+
+
+def refused_share(sim: Simulator) -> float:
+    """The share of requests the simulator answered 429."""
+    statuses = [r.status for r in sim.requests]
+    return statuses.count(429) / len(statuses)
+
+
+def comparable(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Outputs and traces by record id, without what differs between two runs (timings)."""
+    outputs = {
+        o["id"]: {k: v for k, v in o.items() if k != "cost_usd"}
+        for o in read_jsonl(run_dir / "outputs.jsonl")
+    }
+    timing = {"latency_s", "tries"}
+    traces = {
+        t["id"]: [{k: v for k, v in s.items() if k not in timing} for s in t["steps"]]
+        for t in read_jsonl(run_dir / "traces.jsonl")
+    }
+    return outputs, traces
+
+
+def test_workers_produce_what_a_single_process_does(cluster: str, tmp_path: Path) -> None:
+    """Two Ray workers write the same outputs and traces as one process (the simulator is
+    deterministic); the calls are made in the worker processes."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))
+    with Simulator(SimConfig(latency_s=0.01, p_done=0.3)) as sim:
+        single = run("code-improve", inp, tmp_path / "one", settings(sim.url), show_progress=False)
+        calls_single = len(sim.requests)
+        spread = run(
+            "code-improve",
+            inp,
+            tmp_path / "two",
+            settings(sim.url, workers=2, concurrency=4),
+            show_progress=False,
+        )
+        calls_spread = len(sim.requests) - calls_single
+    assert single.exit_code == spread.exit_code == 0, spread.message
+    assert comparable(tmp_path / "two") == comparable(tmp_path / "one")
+    assert len(comparable(tmp_path / "two")[0]) == 30
+    assert spread.counters.calls == calls_spread == calls_single
+    progress = orjson.loads((tmp_path / "two" / "progress.json").read_bytes())
+    pids = {w["pid"] for w in progress["workers"]}
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+async def kill_a_worker_when(run_dir: Path, sim: Simulator, calls: int) -> tuple[int, int]:
+    """SIGKILL worker 0's process once the simulator has answered ``calls``; its pid and the
+    records finished by then."""
+    with anyio.fail_after(60):
+        while len(sim.completed_bodies()) < calls:
+            await anyio.sleep(0.02)
+        while True:
+            try:
+                progress = orjson.loads((run_dir / "progress.json").read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                progress = {}
+            pid = next((w["pid"] for w in progress.get("workers", ()) if w["worker"] == 0), None)
+            if pid:
+                break
+            await anyio.sleep(0.05)
+    assert pid != os.getpid()
+    os.kill(pid, signal.SIGKILL)
+    return pid, len(read_jsonl(run_dir / "outputs.jsonl"))
+
+
+@pytest.mark.anyio
+async def test_killed_worker_under_a_shared_rate_limit(
+    cluster: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server enforcing 2,400 RPM per second, two workers, one SIGKILLed mid-run: every record
+    is done, at most 1% of requests are refused, and only calls in flight are made twice."""
+    n, concurrency = 80, 6
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(n))
+    run_dir = tmp_path / "run"
+    config = SimConfig(latency_s=0.05, p_done=0.3, rpm=2400)
+    with Simulator(config) as sim:
+        async with anyio.create_task_group() as tg:
+            killed: list[tuple[int, int]] = []
+
+            async def killer() -> None:
+                killed.append(await kill_a_worker_when(run_dir, sim, calls=60))
+
+            tg.start_soon(killer)
+            summary = await arun(
+                "code-improve",
+                inp,
+                run_dir,
+                settings(sim.url, workers=2, concurrency=concurrency, rpm=2400, max_iters=1),
+                api_key="k",
+                show_progress=False,
+            )
+        share, repeats = refused_share(sim), completed_repeats(sim)
+    ((pid, finished_at_kill),) = killed
+    assert finished_at_kill < n, "the worker must die mid-run"
+    assert summary.exit_code == 0, summary.message
+    outs = read_jsonl(run_dir / "outputs.jsonl")
+    assert sorted(o["id"] for o in outs) == sorted(f"r{i}" for i in range(n))
+    assert all(o["status"] == "done" for o in outs)
+    assert len(read_jsonl(run_dir / "traces.jsonl")) == n
+    assert share <= 0.01, f"{share:.2%} of requests refused"
+    assert repeats <= concurrency  # the dead worker's calls in flight, at most one per record
+    assert any(f"(pid {pid}) is gone" in r.getMessage() for r in caplog.records)
+    workers = orjson.loads((run_dir / "progress.json").read_bytes())["workers"]
+    assert [w["restarts"] for w in workers] == [1, 0]
+
+
+def test_limits_announced_in_headers_hold_for_the_cluster(cluster: str, tmp_path: Path) -> None:
+    """With no --rpm, the limit the server announces paces both workers together, not each alone."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(150))
+    with Simulator(SimConfig(latency_s=0.02, rpm=2400)) as sim:
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim.url, workers=2, concurrency=8, max_iters=0),
+            show_progress=False,
+        )
+        share = refused_share(sim)
+        span = max(r.t for r in sim.requests) - min(r.t for r in sim.requests)
+    assert summary.exit_code == 0, summary.message
+    assert share <= 0.01, f"{share:.2%} of requests refused"
+    # 150 calls at 40/s, less the bucket's first second: at least 2.7 s, whoever sent them.
+    assert span >= (150 - 40) / 40 * 0.98
+
+
+def test_a_rejected_key_on_a_worker_stops_the_run(cluster: str, tmp_path: Path) -> None:
+    """A 401 met on a worker stops the run with exit status 3 and fails no record."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(20))
+    with Simulator(SimConfig(api_key="sk-right")) as sim:
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim.url, workers=2, concurrency=4),
+            api_key="sk-wrong-key",
+            show_progress=False,
+        )
+    assert summary.exit_code == EXIT["auth"], summary.message
+    assert "401" in (summary.message or "") and "sk-wrong-key" not in (summary.message or "")
+    assert read_jsonl(tmp_path / "run" / "outputs.jsonl") == []
+
+
+def test_the_budget_caps_the_cluster(cluster: str, tmp_path: Path) -> None:
+    """--budget holds for all workers together: the run stops at the cap (exit 6), under it."""
+    prices = tmp_path / "prices.json"
+    prices.write_bytes(orjson.dumps({"sim-model": {"input": 100.0, "output": 1000.0}}))
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(40))
+    with Simulator(SimConfig(latency_s=0.02, p_done=0.2)) as sim:
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(
+                sim.url, workers=2, concurrency=6, budget=6.0, prices=str(prices), max_iters=3
+            ),
+            show_progress=False,
+        )
+    assert summary.exit_code == EXIT["budget"], summary.message
+    status = run_status(tmp_path / "run")
+    assert 3.0 < status["cost_usd"] <= 6.0
+    assert status["done"] < 40 and status["calls"] > 10
+
+
+def refine(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """A `refine` process."""
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test", **(env or {})}
+    return subprocess.Popen(
+        [*REFINE, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_killed_driver_resumes_with_the_same_command(cluster: str, tmp_path: Path) -> None:
+    """SIGKILL the driver (joined to a cluster with --ray-address), run the same command again:
+    every record done once, only calls in flight at the kill made twice."""
+    n, workers, concurrency = 40, 2, 4
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(n))
+    run_dir = tmp_path / "run"
+    with Simulator(SimConfig(latency_s=0.05, p_done=0.2)) as sim:
+        args = (
+            "run", "code-improve", str(inp), "--out", str(run_dir), "--base-url", sim.url,
+            "--model", "sim-model", "--max-iters", "2", "--workers", str(workers),
+            "--concurrency", str(concurrency), "--ray-address", cluster, "--quiet",
+        )  # fmt: skip
+        first = refine(*args)
+        journal = run_dir / "checkpoint.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and first.poll() is None:
+            if journal.exists() and journal.read_bytes().count(b"\n") >= 25:
+                break
+            time.sleep(0.02)
+        assert first.poll() is None, first.communicate()
+        first.kill()
+        first.communicate()
+        done_at_kill = len(read_jsonl(run_dir / "outputs.jsonl"))
+        again = refine(*args)
+        _, err = again.communicate(timeout=180)
+        repeats = completed_repeats(sim)
+    assert done_at_kill < n
+    assert again.returncode == 0, err
+    outs = read_jsonl(run_dir / "outputs.jsonl")
+    assert sorted(o["id"] for o in outs) == sorted(f"r{i}" for i in range(n))
+    assert len(read_jsonl(run_dir / "traces.jsonl")) == n
+    assert repeats <= workers * concurrency
+
+
+def ray_processes() -> set[int]:
+    """Pids of Ray's processes on this machine (gcs_server, raylet, workers, agents)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            continue
+        if state != "Z" and (b"ray::" in cmd or b"gcs_server" in cmd or b"raylet" in cmd):
+            found.add(int(entry.name))
+    return found
+
+
+def test_a_local_ray_instance_is_started_and_stopped(cluster: str, tmp_path: Path) -> None:
+    """Without --ray-address the command starts its own Ray and leaves no process behind."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(4))
+    before = ray_processes()
+    with Simulator(SimConfig()) as sim:
+        proc = refine(
+            "run", "code-improve", str(inp), "--out", str(tmp_path / "run"), "--base-url",
+            sim.url, "--model", "sim-model", "--workers", "1", "--quiet",
+            env={"RAY_ADDRESS": ""},
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    assert len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) == 4
+    deadline = time.monotonic() + 20
+    while ray_processes() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ray_processes() - before
