@@ -20,6 +20,7 @@ shards' checkpoint journals, and a manifest of the whole run, so ``refine status
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -144,11 +145,20 @@ def merge(
     shards = _shards([Path(p) for p in run_dirs], partial)
     out = RunDir(Path(out_dir))
     _refuse_used(out)
+    # Files are written under temporary names and renamed once all is well: a refused or
+    # failed merge leaves OUT_DIR as it found it.
+    staged = RunDir(out.path / ".merging")
     try:
-        out.path.mkdir(parents=True, exist_ok=True)
-        return _write(out, shards, partial)
+        shutil.rmtree(staged.path, ignore_errors=True)
+        staged.path.mkdir(parents=True)
+        summary = _write(staged, shards, partial)
+        for name in _OUT_FILES:
+            os.replace(staged.path / name, out.path / name)
     except OSError as err:
         raise StoreError(f"cannot write {out.path}: {err.strerror}") from err
+    finally:
+        shutil.rmtree(staged.path, ignore_errors=True)
+    return replace(summary, out_dir=out.path)
 
 
 def _write(out: RunDir, shards: list[_Shard], partial: bool) -> MergeSummary:
