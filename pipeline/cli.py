@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=_positive_int,
         metavar="N",
-        help="run on Ray with N worker actors (needs refine[ray])",
+        help="run on Ray with N worker actors, each with --concurrency records in flight "
+        "(needs refine[ray])",
     )
     p.add_argument(
         "--ray-address", metavar="ADDR", help="join this Ray cluster (default $RAY_ADDRESS)"

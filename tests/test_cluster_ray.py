@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def cluster() -> Iterator[str]:
         ray.shutdown()
 
 
-def settings(url: str, **kw: Any) -> Settings:
+def settings(url: str | tuple[str, ...], **kw: Any) -> Settings:
     """A code-improve run against the simulator at ``url``."""
     base: dict[str, Any] = {"model": "sim-model", "base_url": url, "max_iters": 2}
     return Settings(**{**base, **kw})
@@ -83,16 +84,17 @@ def comparable(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def test_workers_produce_what_a_single_process_does(cluster: str, tmp_path: Path) -> None:
     """Two Ray workers write the same outputs and traces as one process (the simulator is
-    deterministic); the calls are made in the worker processes."""
+    deterministic), with the critic on another model; the calls are made by the workers."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))
     with Simulator(SimConfig(latency_s=0.01, p_done=0.3)) as sim:
-        single = run("code-improve", inp, tmp_path / "one", settings(sim.url), show_progress=False)
+        one = settings(sim.url, feedback_model="sim-critic", rpm=60_000)
+        single = run("code-improve", inp, tmp_path / "one", one, show_progress=False)
         calls_single = len(sim.requests)
         spread = run(
             "code-improve",
             inp,
             tmp_path / "two",
-            settings(sim.url, workers=2, concurrency=4),
+            replace(one, workers=2, concurrency=4),
             show_progress=False,
         )
         calls_spread = len(sim.requests) - calls_single
@@ -100,6 +102,8 @@ def test_workers_produce_what_a_single_process_does(cluster: str, tmp_path: Path
     assert comparable(tmp_path / "two") == comparable(tmp_path / "one")
     assert len(comparable(tmp_path / "two")[0]) == 30
     assert spread.counters.calls == calls_spread == calls_single
+    critic = {s["model"] for t in read_jsonl(tmp_path / "two" / "traces.jsonl") for s in t["steps"]}
+    assert critic == {"sim-model", "sim-critic"}
     progress = orjson.loads((tmp_path / "two" / "progress.json").read_bytes())
     pids = {w["pid"] for w in progress["workers"]}
     assert len(pids) == 2 and os.getpid() not in pids
@@ -183,6 +187,29 @@ def test_limits_announced_in_headers_hold_for_the_cluster(cluster: str, tmp_path
     assert share <= 0.01, f"{share:.2%} of requests refused"
     # 150 calls at 40/s, less the bucket's first second: at least 2.7 s, whoever sent them.
     assert span >= (150 - 40) / 40 * 0.98
+
+
+def test_workers_drain_a_failing_replica(cluster: str, tmp_path: Path) -> None:
+    """With two --base-url replicas, one down, every worker's calls end up on the live one."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))
+    with (
+        Simulator(SimConfig(latency_s=0.02, outages=((0.0, 1e6),))) as down,
+        Simulator(SimConfig(latency_s=0.02)) as up,
+    ):
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings((down.url, up.url), workers=2, concurrency=4, max_retries=2, max_iters=1),
+            show_progress=False,
+        )
+        answered, refused = len(up.completed_bodies()), len(down.requests)
+    assert summary.exit_code == 0, summary.message
+    outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
+    assert len(outs) == 30 and all(o["status"] == "done" for o in outs)
+    assert answered == summary.counters.calls - refused
+    # Each worker's breaker opens after max_retries + 1 faults, then a probe every 5 s.
+    assert refused <= 2 * ((2 + 1) + 4 + 2)
 
 
 def test_a_rejected_key_on_a_worker_stops_the_run(cluster: str, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from pipeline import render_status
 from pipeline.calls import Outcome, Step
 from pipeline.cluster.jobfiles import JobFiles
 from pipeline.cluster.messages import (
@@ -288,3 +289,27 @@ def test_messages_cross_processes() -> None:
         settled=((0, {"prompt_tokens": 100, "completion_tokens": 7}), (1, None)),
     )
     assert pickle.loads(pickle.dumps(reply)) == reply
+
+
+def test_status_shows_the_workers_of_a_live_run() -> None:
+    """`refine status` of a running --workers run names each worker's process and restarts."""
+    info = {
+        "run_dir": "r", "state": "running", "job": "j", "model": "m", "feedback_model": None,
+        "input": "9 lines", "shard": None, "bad_lines": 0, "done": 1, "failed": 0,
+        "pending": 8, "records": 9, "in_progress": 2, "in_flight": 2, "prompt_tokens": 1,
+        "completion_tokens": 1, "calls": 3, "cost_usd": None, "budget_usd": None,
+        "live": {
+            "calls": 3, "calls_per_s": 1.0, "retries": 0, "rate_limited": 0,
+            "workers": [
+                {"worker": 0, "pid": 41, "node": "gpu1", "records": 2, "restarts": 1,
+                 "alive": True},
+                {"worker": 1, "pid": 42, "node": "gpu2", "records": 0, "restarts": 4,
+                 "alive": False},
+            ],
+        },
+    }  # fmt: skip
+    lines = render_status(info).splitlines()
+    assert lines[-1] == (
+        "workers:  0: pid 41 on gpu1, 2 records, 1 restarts, "
+        "1: pid 42 on gpu2, 0 records, 4 restarts (given up)"
+    )
