@@ -212,10 +212,20 @@ def test_workers_drain_a_failing_replica(cluster: str, tmp_path: Path) -> None:
     assert refused <= 2 * ((2 + 1) + 4 + 2)
 
 
-def test_a_rejected_key_on_a_worker_stops_the_run(cluster: str, tmp_path: Path) -> None:
-    """A 401 met on a worker stops the run with exit status 3 and fails no record."""
+@pytest.mark.parametrize(
+    ("config", "status", "words"),
+    [
+        (SimConfig(api_key="sk-right"), EXIT["auth"], "401"),
+        (SimConfig(models=("another-model",)), EXIT["config"], "404"),
+    ],
+)
+def test_an_error_every_record_would_hit_stops_the_run(
+    cluster: str, tmp_path: Path, config: SimConfig, status: int, words: str
+) -> None:
+    """A 401 or an unknown model met on a worker stops the run with a single process's exit
+    status, fails no record, and never shows the key."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(20))
-    with Simulator(SimConfig(api_key="sk-right")) as sim:
+    with Simulator(config) as sim:
         summary = run(
             "code-improve",
             inp,
@@ -224,8 +234,8 @@ def test_a_rejected_key_on_a_worker_stops_the_run(cluster: str, tmp_path: Path) 
             api_key="sk-wrong-key",
             show_progress=False,
         )
-    assert summary.exit_code == EXIT["auth"], summary.message
-    assert "401" in (summary.message or "") and "sk-wrong-key" not in (summary.message or "")
+    assert summary.exit_code == status, summary.message
+    assert words in (summary.message or "") and "sk-wrong-key" not in (summary.message or "")
     assert read_jsonl(tmp_path / "run" / "outputs.jsonl") == []
 
 

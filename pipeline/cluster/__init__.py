@@ -6,7 +6,7 @@ The modules, driver side first::
     driver     the refine process: reader, journal and outputs; records to workers and back
     messages   what the driver and a worker say to each other (one exchange call at a time)
     pacing     one rate limit for the cluster: the driver books time slots in blocks
-    allowance  one --budget for the cluster: the driver hands out shares in shrinking blocks
+    spending   one --budget for the cluster: workers reserve against the driver's Budget
     jobfiles   sending a job's files to a worker, which loads the job itself
     worker     the actor: the same loop and client as a single process, on the records given
 

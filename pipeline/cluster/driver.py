@@ -245,7 +245,7 @@ class _Link:
                 continue
             free = run.concurrency - len(self.running)
             assign = [] if stopping else run.dispatch.take(free)
-            owed = self.acks or self.waits or self.accounts.answers
+            owed = self.acks or any(self.waits) or self.accounts.answers
             if not assign and not self.running and not owed:
                 await run.dispatch.wait()
                 continue
@@ -428,7 +428,8 @@ async def run_on_ray(
                     StopReason.UNAVAILABLE,
                     UnavailableError(
                         "workers",
-                        f"every Ray worker died {MAX_RESTARTS + 1} times; stopped, resumable",
+                        "no Ray worker is left (each died or could not start; see the "
+                        "warnings above); stopped, resumable",
                     ),
                 )
         finally:

@@ -71,11 +71,11 @@ class _Stopping(Exception):
 class _Gate:
     """A model client that refuses to start a call once the run is stopping."""
 
-    __slots__ = ("_client", "_open")
+    __slots__ = ("_client", "_session")
 
-    def __init__(self, client: ModelClient, is_open: _Open) -> None:
+    def __init__(self, client: ModelClient, session: _Session) -> None:
         self._client = client
-        self._open = is_open
+        self._session = session
 
     @property
     def model(self) -> str:
@@ -89,20 +89,11 @@ class _Gate:
         temperature: float,
         max_tokens: int,
     ) -> Completion:
-        if not self._open.value:
+        if self._session.stopping:
             raise _Stopping
         return await self._client.complete(
             messages, schema=schema, temperature=temperature, max_tokens=max_tokens
         )
-
-
-class _Open:
-    """Whether loops may start calls (a shared, mutable flag)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = True
 
 
 class _AckSink:
@@ -130,7 +121,7 @@ class _Session:
         s = spec.settings
         self.job = job
         self.policy = Policy(s.max_iters or 0, s.min_iters, s.checks)
-        self.open = _Open()
+        self.stopping = False  # the driver said stop: loops start no further call
         self.outbox: list[Event] = []
         self.unacked: dict[int, anyio.Event] = {}
         self.known: dict[str, int] = {}  # per record: steps the driver has journaled
@@ -148,8 +139,8 @@ class _Session:
             self.limiters.append(RemoteLimiter(limited, self.wake))
             critic = _open_client(spec.critic, s, api_key, budget, self.limiters[1])
             self.clients.append(critic)
-        self.generator = _Gate(self.clients[0], self.open)
-        self.critic = None if critic is None else _Gate(critic, self.open)
+        self.generator = _Gate(self.clients[0], self)
+        self.critic = None if critic is None else _Gate(critic, self)
         self.task_group: TaskGroup | None = None
 
     def wake(self) -> None:
@@ -271,7 +262,7 @@ class Worker:
         if s.remote_budget is not None:
             s.remote_budget.answer(req.reserved)
         if req.stop:
-            s.open.value = False
+            s.stopping = True
         assert s.task_group is not None
         for a in req.assign:
             s.active += 1
