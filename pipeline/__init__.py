@@ -27,6 +27,8 @@ The layout, one concept per module (data flows top to bottom)::
     merge        `refine merge`: the shards' run directories as one run
     runner       pipeline.run / arun / resume: a Session driven by the pool (real time)
     cluster      --workers N: the Ray driver and worker actors, one rate limit and budget
+    batch        --batch: the same Session driven through /v1/batches in rounds; its ledger;
+                 `refine cancel`
     status       `refine status`
     report       `refine report` (Markdown, HTML)
     sandbox      running programs in an isolated interpreter

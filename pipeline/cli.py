@@ -13,9 +13,10 @@ from typing import Any
 import anyio
 import orjson
 
+from . import estimate as estimate_mod
 from . import merge as merge_mod
 from . import status as status_mod
-from .errors import ConfigError, RefineError, StoreError
+from .errors import AuthError, ConfigError, RefineError, StoreError
 from .jobs import builtin_jobs, load_job
 from .runner import EXIT, RunSummary, aresume, arun
 from .settings import Settings, parse_shard
@@ -142,24 +143,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", action="store_true", help="every call through the Batch API")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
-        prog="refine",
-        description="Self-Refine over datasets: generate, feedback, refine.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser(
-        "run",
-        help="start a run, or continue the same run",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_run_options(p)
-    p.add_argument("--out", required=True, type=Path, help="run directory")
+def _add_pace_options(p: argparse.ArgumentParser) -> None:
+    """Options that only change how calls are made (shared with `refine estimate --sample`)."""
     p.add_argument(
         "--concurrency",
         type=_positive_int,
@@ -184,6 +169,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds an endpoint may keep failing (5xx, timeouts, refused connections) "
         "before the run stops, resumable (default %(default)g)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="refine",
+        description="Self-Refine over datasets: generate, feedback, refine.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "run",
+        help="start a run, or continue the same run",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_run_options(p)
+    p.add_argument("--out", required=True, type=Path, help="run directory")
+    _add_pace_options(p)
     p.add_argument(
         "--budget",
         type=_positive_float,
@@ -233,14 +239,57 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = sub.add_parser("report", help="summary of a run with plots (needs refine[report])")
+    p = sub.add_parser(
+        "report",
+        help="report.md with plots, and index.html: an offline page with a record browser "
+        "(needs refine[report])",
+    )
     p.add_argument("run_dir", type=Path)
     p.add_argument(
         "--out",
         type=Path,
         metavar="DIR",
-        help="directory for report.md and its plots (default RUN_DIR/report)",
+        help="directory for report.md, its plots and index.html (default RUN_DIR/report)",
     )
+    p.add_argument(
+        "--records",
+        type=Path,
+        metavar="FILE",
+        help="embed the iterations of these records in index.html (a file of ids, one per line)",
+    )
+    p.add_argument(
+        "--details",
+        type=_positive_int,
+        metavar="N",
+        help="embed the iterations of at most N records (default 2000)",
+    )
+
+    p = sub.add_parser(
+        "estimate",
+        help="expected calls, tokens and dollars of a run; spends nothing (unless --sample)",
+    )
+    _add_run_options(p)
+    _add_pace_options(p)
+    p.add_argument(
+        "--sample",
+        type=_positive_int,
+        metavar="N",
+        help="run the first N lines for real and extrapolate from what they used",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="RUN_DIR",
+        help="--sample: run directory for the sampled records (reuse it for the full run "
+        "and they are not paid for twice; default: a temporary directory)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser(
+        "cancel",
+        help="cancel the run's Batch API batches in flight (its records stay resumable)",
+    )
+    p.add_argument("run_dir", type=Path)
 
     p = sub.add_parser(
         "merge",
@@ -370,9 +419,38 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import write_report
+    from .report import DETAIL_LIMIT, read_ids, write_report
 
-    _Console.print(write_report(args.run_dir, args.out))
+    records = None if args.records is None else read_ids(args.records)
+    details = DETAIL_LIMIT if args.details is None else args.details
+    files = write_report(args.run_dir, args.out, records=records, details=details)
+    _Console.print(files.markdown)
+    _Console.print(files.html)
+    return 0
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    estimates = estimate_mod.run_estimate(
+        args.job, args.input, settings, sample=args.sample, out=args.out
+    )
+    if args.json:
+        _Console.print(orjson.dumps(estimates, option=orjson.OPT_INDENT_2).decode())
+    else:
+        _Console.print("\n\n".join(estimate_mod.render(e) for e in estimates))
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from .batch import acancel
+
+    infos = anyio.run(lambda: acancel(args.run_dir))
+    for info in infos:
+        _Console.print(f"{info.id}: {info.status}")
+    _Console.print(
+        f"{len(infos)} batch(es) cancelled; `refine run` (the same command) or "
+        "`refine resume` keeps their finished lines and sends the rest again"
+    )
     return 0
 
 
@@ -400,6 +478,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": _cmd_status,
     "jobs": _cmd_jobs,
     "report": _cmd_report,
+    "estimate": _cmd_estimate,
+    "cancel": _cmd_cancel,
     "merge": _cmd_merge,
 }
 
@@ -419,6 +499,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as err:
         _Console.print(f"refine: error: {err}", file=sys.stderr)
         return EXIT["store"]
+    except AuthError as err:
+        _Console.print(f"refine: error: {err}", file=sys.stderr)
+        return EXIT["auth"]
     except RefineError as err:
         _Console.print(f"refine: error: {err}", file=sys.stderr)
         return EXIT["config"]

@@ -30,7 +30,7 @@ from .limits import RateLimiter, estimate_tokens
 from .outage import FIRST_CONTACT_S, MAX_OUTAGE_S, OUTAGE_AFTER, Outage
 from .retry import BACKOFF_BASE_S, classify_status, decide, retry_after, server_fault
 
-__all__ = ["OpenAIClient", "redact"]
+__all__ = ["OpenAIClient", "error_message", "read_answer", "redact"]
 
 # Seconds past the request timeout before our own deadline cancels an attempt that the
 # SDK's timeout failed to end (a server trickling bytes).
@@ -318,7 +318,7 @@ class OpenAIClient:
         status = err.status_code
         headers = err.response.headers
         self.limiter.observe(headers)
-        message = redact(_error_message(err), self._secret)
+        message = redact(error_message(err), self._secret)
         wait = None
         if status == 429:
             wait = retry_after(headers)
@@ -339,17 +339,31 @@ def _parse(body: bytes) -> dict[str, Any]:
     """The answer's text, finish reason and usage; _Failed when the body is not an answer."""
     try:
         data = orjson.loads(body)
-        choice = data["choices"][0]
-        message = choice["message"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as err:
+    except orjson.JSONDecodeError as err:
         failure = CallError("bad_response", f"malformed response body ({len(body)} bytes)")
         raise _Failed(failure) from err
-    content = message.get("content")
+    try:
+        return read_answer(data)
+    except CallError as failure:
+        raise _Failed(failure) from failure
+
+
+def read_answer(data: Any) -> dict[str, Any]:
+    """The text, finish reason and usage of a chat completion object; CallError if it is none.
+
+    Shared with the Batch API driver, whose output lines carry the same object.
+    """
+    try:
+        choice = data["choices"][0]
+        message = choice["message"]
+        content = message.get("content")
+    except (KeyError, IndexError, TypeError, AttributeError) as err:
+        raise CallError("bad_response", "malformed response body (no choices)") from err
     if not content:
         refusal = message.get("refusal")
         if refusal:
-            raise _Failed(CallError("refusal", f"model refused: {refusal}"))
-        raise _Failed(CallError("empty", "empty answer"))
+            raise CallError("refusal", f"model refused: {refusal}")
+        raise CallError("empty", "empty answer")
     usage = data.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
     return {
@@ -376,7 +390,8 @@ def _http_client(limits: httpx2.Limits) -> httpx2.AsyncClient:
         return openai.DefaultAsyncHttpx2Client(limits=limits)
 
 
-def _error_message(err: openai.APIStatusError) -> str:
+def error_message(err: openai.APIStatusError) -> str:
+    """The message of an error answer: the body's ``error.message`` when it has one."""
     body = err.body
     if isinstance(body, dict):
         inner = body.get("error", body)

@@ -7,7 +7,8 @@ with ``raise ... from err``::
     ├── ConfigError            bad usage or configuration: stops the run (exit 2)
     │   ├── JobError           a job file is invalid (names the key)
     │   ├── RunDirError        RUN_DIR belongs to another job, model or input
-    │   └── RunLocked          another process holds RUN_DIR
+    │   ├── RunLocked          another process holds RUN_DIR
+    │   └── BatchFailed        the Batch API refused a batch for good (its errors shown)
     ├── InputError             one input line cannot become a record (line, field)
     ├── CallError              one model call failed for good: fails its record
     │   └── FatalCallError     the failure would hit every record: stops the run
@@ -23,7 +24,10 @@ into a CallError once the retry policy gives up.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+MAX_SHOWN_ERRORS = 5  # of a failed batch's validation errors, in the message
 
 
 class RefineError(Exception):
@@ -49,6 +53,18 @@ class RunDirError(ConfigError):
 
 class RunLocked(ConfigError):
     """Another live process holds the RUN_DIR lock."""
+
+
+class BatchFailed(ConfigError):
+    """The Batch API refused a batch for a reason a retry would meet again (its errors shown)."""
+
+    def __init__(self, message: str, errors: Sequence[object] = ()) -> None:
+        self.errors = tuple(errors)
+        shown = "; ".join(str(e) for e in self.errors[:MAX_SHOWN_ERRORS])
+        more = len(self.errors) - MAX_SHOWN_ERRORS
+        if more > 0:
+            shown += f"; and {more} more"
+        super().__init__(f"{message}{': ' + shown if shown else ''}; its records stay pending")
 
 
 class InputError(RefineError):

@@ -31,7 +31,6 @@ __all__ = [
     "RateLimiter",
     "estimate_tokens",
     "parse_duration",
-    "request_cost",
 ]
 
 # No burst at all: requests go strictly 1/rate apart from the first one. A server
@@ -68,11 +67,6 @@ def estimate_tokens(messages: Sequence[Mapping[str, str]]) -> int:
         ascii_chars = len(text.encode("ascii", "ignore"))
         total += TOKENS_PER_MESSAGE + math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
     return total
-
-
-def request_cost(messages: Sequence[Mapping[str, str]], max_tokens: int) -> int:
-    """Tokens a provider charges at admission: the prompt plus the maximum output."""
-    return estimate_tokens(messages) + max_tokens
 
 
 def parse_duration(text: str) -> float | None:
@@ -208,7 +202,11 @@ class Limiter:
             self._retune()
 
     def book(self, prompt_estimate: int, max_tokens: int) -> tuple[Booking, float]:
-        """Reserve one request; return the booking and the wait before sending."""
+        """Reserve one request; return the booking and the wait before sending.
+
+        A request costs its prompt plus ``max_tokens`` of the token budget, as providers
+        count at admission; ``settle`` corrects the prompt part once it is known.
+        """
         now = self._clock()
         self._recover(now)
         cost = prompt_estimate + max_tokens

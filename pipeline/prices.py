@@ -22,7 +22,15 @@ import orjson
 from .calls import Step
 from .errors import ConfigError
 
-__all__ = ["BATCH_DISCOUNT", "BUILTIN", "PRICES_AS_OF", "Price", "PriceBook", "load_prices"]
+__all__ = [
+    "BATCH_DISCOUNT",
+    "BUILTIN",
+    "PRICES_AS_OF",
+    "Price",
+    "PriceBook",
+    "load_prices",
+    "price_book",
+]
 
 # The Batch API bills half the real-time price for every model it serves.
 BATCH_DISCOUNT = 0.5
@@ -155,3 +163,14 @@ def load_prices(path: str | Path) -> dict[str, Price]:
             _number(entry.get("batch", BATCH_DISCOUNT), f"{where}.batch"),
         )
     return prices
+
+
+def price_book(path: str | None, *, missing_ok: bool = False) -> PriceBook:
+    """The built-in table under the price file at ``path`` (if any).
+
+    ``missing_ok``: a file that is gone (a run's ``--prices`` read back later by status
+    or report) leaves the built-in table, rather than an error.
+    """
+    if not path or (missing_ok and not Path(path).is_file()):
+        return PriceBook()
+    return PriceBook(load_prices(path))

@@ -32,6 +32,8 @@ class Counters:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     spent_usd: float | None = 0.0  # dollars spent by the run so far (None: a price is unknown)
+    batches: dict[str, int] = field(default_factory=dict)  # --batch: open batches by status
+    waiting: dict[str, int] = field(default_factory=dict)  # --batch: held records by next step
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -61,7 +63,17 @@ class Counters:
             "spent_usd": self.spent_usd,
             "elapsed_s": round(elapsed, 1),
             "calls_per_s": round(self.calls / elapsed, 2) if elapsed > 0 else 0.0,
+            "batches": dict(self.batches),
+            "waiting": dict(self.waiting),
         }
+
+    def batch_text(self) -> str:
+        """``--batch``: open batches by status and held records by next step (else empty)."""
+        if not self.batches and not self.waiting:
+            return ""
+        batches = ", ".join(f"{n} {s}" for s, n in sorted(self.batches.items())) or "none"
+        steps = ", ".join(f"{n} {r}" for r, n in sorted(self.waiting.items())) or "none"
+        return f"; batches: {batches}; next step: {steps}"
 
     def line(self) -> str:
         """One human line of the figures."""
@@ -71,7 +83,7 @@ class Counters:
             f"{self.already + self.done + self.failed}{of} records "
             f"({self.done} done, {self.failed} failed, {self.in_flight} in flight), "
             f"{self.calls} calls, {self.prompt_tokens + self.completion_tokens} tokens, "
-            f"{self.cost_text()}, {s['calls_per_s']} calls/s"
+            f"{self.cost_text()}, {s['calls_per_s']} calls/s{self.batch_text()}"
         )
 
 
@@ -116,7 +128,7 @@ class Progress:
             self._bar.set_postfix_str(
                 f"done={self.c.done} failed={self.c.failed} calls={self.c.calls} "
                 f"tok={self.c.prompt_tokens + self.c.completion_tokens} "
-                f"{self.c.cost_text()} {s['calls_per_s']}call/s",
+                f"{self.c.cost_text()} {s['calls_per_s']}call/s{self.c.batch_text()}",
                 refresh=False,
             )
             self._bar.refresh()

@@ -15,10 +15,10 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import ObjectSendStream
@@ -41,7 +41,7 @@ from .loop import Policy, refine_record
 from .manifest import InputInfo, JobInfo, Manifest, clean_url, refuse_different
 from .outputs import Outputs
 from .pool import run_pool
-from .prices import PriceBook, load_prices
+from .prices import PriceBook, price_book
 from .progress import Counters, Progress
 from .records import Record, count_lines, fingerprint, read_records, same_input
 from .rundir import RunDir
@@ -49,6 +49,9 @@ from .settings import Settings, resolve
 from .shards import shard_of
 from .store import Journal
 from .tally import tally
+
+if TYPE_CHECKING:
+    from .batch import BatchClients
 
 __all__ = ["EXIT", "RunSummary", "Session", "Settings", "StopReason", "arun", "resume", "run"]
 
@@ -156,24 +159,33 @@ def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | Non
 
 
 class Models:
-    """The run's model clients: the generator's and, when it is another model, the critic's."""
+    """The run's model clients: the generator's and, when it is another model, the critic's.
 
-    __slots__ = ("critic", "generator", "owned", "remote")
+    With ``--batch`` the calls go through ``batch`` (the Batch API endpoints) instead; on
+    Ray (``--workers``) each worker opens its own clients from ``plan``, and their figures
+    arrive in ``remote``.
+    """
+
+    __slots__ = ("batch", "critic", "generator", "owned", "plan", "remote")
 
     def __init__(
         self,
         generator: ModelClient,
         critic: ModelClient | None = None,
         owned: tuple[OpenAIClient, ...] = (),
+        batch: BatchClients | None = None,
     ) -> None:
         self.generator = generator
         self.critic = critic
         self.owned = owned  # the clients this run opened (and closes)
+        self.batch = batch  # closed with the others
+        self.plan: ClientPlan | None = None
         self.remote = (0, 0, 0)  # calls, retries and 429s of clients in other processes (Ray)
 
     def stats(self) -> tuple[int, int, int]:
-        """Calls, retries and 429s of the clients this run opened, here and on Ray workers."""
-        calls, retries, limited = self.remote
+        """Calls, retries and 429s of the clients this run opened (batch lines count as calls),
+        here and on Ray workers."""
+        calls, retries, limited = self.batch.stats() if self.batch is not None else self.remote
         return (
             calls + sum(c.calls for c in self.owned),
             retries + sum(c.retries for c in self.owned),
@@ -185,6 +197,8 @@ class Models:
         with anyio.CancelScope(shield=True):
             for c in self.owned:
                 await c.aclose()
+            if self.batch is not None:
+                await self.batch.aclose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +210,15 @@ class _Endpoint:
     urls: tuple[str, ...]
     structured: str
     slots: int | None  # requests the server computes at once (a local server), else None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPlan:
+    """How to open the run's clients in another process (a Ray worker)."""
+
+    generator: _Endpoint
+    critic: _Endpoint | None
+    api_key: str | None = field(repr=False)  # travels by call argument, never in a repr or log
 
 
 class Session:
@@ -410,15 +433,16 @@ async def run_realtime(session: Session, models: Models) -> None:
 Driver = Callable[[Session, Models], Awaitable[None]]
 
 
-def _driver(
-    settings: Settings, generator: _Endpoint, critic: _Endpoint | None, api_key: str | None
-) -> Driver:
+def _driver(settings: Settings) -> Driver:
     if settings.batch:
-        raise ConfigError("--batch is not available in this version")
+        from .batch import check_settings, run_batches
+
+        check_settings(settings)
+        return run_batches
     if settings.workers is not None:
         from .cluster import ray_driver  # Ray is an optional extra
 
-        return ray_driver(generator, critic, api_key)
+        return ray_driver()
     return run_realtime
 
 
@@ -525,6 +549,18 @@ def _open_client(
     )
 
 
+def _batch_clients(
+    settings: Settings, api_key: str | None, generator: _Endpoint, critic: _Endpoint | None
+) -> BatchClients:
+    from .batch import open_clients
+
+    def side(e: _Endpoint) -> tuple[str, str | None]:
+        return e.model, e.urls[0] if e.urls else None
+
+    critic_side = None if critic is None else side(critic)
+    return open_clients(settings, api_key, side(generator), critic_side)
+
+
 def _manifest(
     job: Job,
     input_path: Path,
@@ -542,10 +578,6 @@ def _manifest(
         # the structured level actually tried first (json_object for a local server)
         settings=replace(settings, structured=generator.structured),
     )
-
-
-def _price_book(settings: Settings) -> PriceBook:
-    return PriceBook(load_prices(settings.prices) if settings.prices else None)
 
 
 def _check_budget(prices: PriceBook, generator: _Endpoint, critic: _Endpoint | None) -> None:
@@ -569,19 +601,22 @@ async def arun(
     critic: ModelClient | None = None,
     show_progress: bool = True,
     install_signal_handlers: bool = False,
+    batch: BatchClients | None = None,
 ) -> RunSummary:
     """Run (or continue) ``job`` over ``input_path`` into ``out_dir``; async form of ``run``.
 
-    ``client`` (and ``critic``) replace the OpenAI clients, for tests and embedding.
+    ``client`` (and ``critic``) replace the OpenAI clients, and ``batch`` the Batch API
+    clients of ``--batch``, for tests and embedding.
     """
     job = load_job(job) if isinstance(job, str) else job
     input_path = Path(input_path)
     if not input_path.is_file():
         raise ConfigError(f"input file not found: {input_path}")
     settings = resolve(settings or Settings(), job.max_iters)
+    driver = _driver(settings)
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY")
-    prices = _price_book(settings)
+    prices = price_book(settings.prices)
     rd = RunDir(Path(out_dir))
     with rd.lock():
         async with _endpoints(settings, rd.path) as (generator, critic_side):
@@ -595,7 +630,6 @@ async def arun(
                 _check_budget(prices, generator, critic_side)
             if settings.workers is not None and (client is not None or critic is not None):
                 raise ConfigError("--workers opens its clients on the Ray workers: give no client")
-            driver = _driver(settings, generator, critic_side, api_key)
             manifest = _manifest(
                 job, input_path, settings, generator, critic_side, fingerprint(input_path)
             )
@@ -623,6 +657,10 @@ async def arun(
                     critic_client = _open_client(critic_side, settings, api_key, session.budget)
                     owned.append(critic_client)
             models = Models(gen_client, critic_client, tuple(owned))
+            if settings.batch:
+                models.batch = batch or _batch_clients(settings, api_key, generator, critic_side)
+            if settings.workers is not None:
+                models.plan = ClientPlan(generator, critic_side, api_key)
             try:
                 summary = await _execute(session, models, driver, install_signal_handlers)
             finally:

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .manifest import Manifest
-from .prices import PriceBook, load_prices
+from .batch.ledger import read_ledger
+from .prices import price_book
 from .rundir import RunDir
 from .store import read_steps
 from .tally import tally_outputs
@@ -19,18 +19,11 @@ from .tally import tally_outputs
 __all__ = ["collect", "render"]
 
 
-def _prices(manifest: Manifest) -> PriceBook:
-    path = manifest.settings.prices
-    if path and Path(path).is_file():
-        return PriceBook(load_prices(path))
-    return PriceBook()
-
-
 def collect(run_dir: Path) -> dict[str, Any]:
     """Figures of a run: counts by status, calls, tokens, cost, and live progress when running."""
     rd = RunDir(run_dir)
     manifest = rd.require_manifest()
-    prices = _prices(manifest)
+    prices = price_book(manifest.settings.prices, missing_ok=True)
     model_for = {"generate": manifest.model, "refine": manifest.model, "feedback": manifest.critic}
     t = tally_outputs(rd.outputs_path, prices, model_for)
     unfinished, _, _ = read_steps(rd.checkpoint_path, t.finished_ids)
@@ -71,9 +64,20 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "completion_tokens": t.completion_tokens,
         "cost_usd": None if t.cost_usd is None else round(t.cost_usd, 6),
         "budget_usd": manifest.settings.budget,
+        "batches": _batches(rd) if manifest.settings.batch else None,
         "live": progress,
         "updated_at": manifest.updated_at,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _batches(rd: RunDir) -> dict[str, Any]:
+    """``--batch``: the batches the ledger holds open, by what is left to do with them."""
+    entries = read_ledger(rd.batches_path).entries.values()
+    return {
+        "in_flight": [e.batch_id for e in entries if e.live],
+        "unconfirmed": sum(1 for e in entries if e.batch_id is None),
+        "cancel_requested": sum(1 for e in entries if e.cancelled and e.live),
     }
 
 
@@ -102,6 +106,16 @@ def render(info: dict[str, Any]) -> str:
         f"in {info['calls']} calls (checkpointed, in-flight records included)",
         f"cost:     {cost_text}",
     ]
+    batches = info.get("batches")
+    if batches is not None:
+        ids = batches["in_flight"]
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        lines.append(
+            f"batches:  {len(ids)} in flight"
+            + (f" ({shown})" if ids else "")
+            + (f", {batches['unconfirmed']} being created" if batches["unconfirmed"] else "")
+            + (f", {batches['cancel_requested']} cancelling" if batches["cancel_requested"] else "")
+        )
     live = info.get("live")
     if live:
         lines.append(

@@ -271,7 +271,7 @@ def test_console_shows_no_http_library_chatter(tmp_path: Path) -> None:
 
 
 def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
-    """`refine report RUN_DIR` writes report.md with the per-iteration table and PNG plots."""
+    """`refine report RUN_DIR` writes report.md with its table and PNG plots, and index.html."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(12))
     with Simulator(SimConfig(latency_s=0.0, p_done=0.2)) as sim:
         assert (
@@ -282,7 +282,8 @@ def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
         )
     out = refine("report", str(tmp_path / "run"))
     assert out.returncode == 0, out.stderr
-    report = Path(out.stdout.strip())
+    report, page = map(Path, out.stdout.split())
+    assert page == report.parent / "index.html" and page.read_text().startswith("<!doctype html>")
     text = report.read_text()
     assert "Quality by iteration" in text and "| t |" in text
     pngs = list(report.parent.glob("*.png"))

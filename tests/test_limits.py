@@ -18,7 +18,6 @@ from pipeline.limits import (
     Pace,
     estimate_tokens,
     parse_duration,
-    request_cost,
 )
 
 
@@ -59,7 +58,7 @@ async def send_times(
     return times
 
 
-# -- estimate_tokens / request_cost ----------------------------------------------------------
+# -- estimate_tokens / admission cost ----------------------------------------------------------
 
 BASE_TOKENS = TOKENS_PER_REQUEST + TOKENS_PER_MESSAGE  # one message with empty content
 
@@ -98,7 +97,8 @@ def test_estimate_tokens_grows_with_text() -> None:
 def test_request_cost_adds_the_maximum_output() -> None:
     """Admission cost is the prompt estimate plus max_tokens."""
     messages = [{"role": "user", "content": "abcd"}]
-    assert request_cost(messages, 500) == estimate_tokens(messages) + 500
+    booking, _ = Limiter(tpm=60_000, clock=lambda: 0.0).book(estimate_tokens(messages), 500)
+    assert booking.cost == estimate_tokens(messages) + 500
 
 
 # -- parse_duration --------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from ..calls import Step
 from ..errors import BudgetReached, ConfigError, StoreError, UnavailableError
 from ..limits import Limiter
 from ..records import Record
-from ..runner import Driver, Models, Session, StopReason, _Endpoint, stop_reason_of
+from ..runner import Driver, Models, Session, StopReason, stop_reason_of
 from .connect import connect, require_ray
 from .jobfiles import JobFiles
 from .messages import Assignment, Crashed, Finished, Halted, Reply, Request, Saved
@@ -50,14 +50,10 @@ START_PATIENCE_S = 120.0
 WORKER_CPUS = 1  # CPUs Ray reserves for a worker: its loops and HTTP client use one core
 
 
-def ray_driver(generator: _Endpoint, critic: _Endpoint | None, api_key: str | None) -> Driver:
+def ray_driver() -> Driver:
     """The driver that runs a session on Ray workers (ConfigError when Ray is missing)."""
     require_ray()
-
-    async def drive(session: Session, models: Models) -> None:
-        await run_on_ray(session, models, generator, critic, api_key)
-
-    return drive
+    return run_on_ray
 
 
 @dataclass(slots=True)
@@ -390,22 +386,27 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-async def run_on_ray(
-    session: Session,
-    models: Models,
-    generator: _Endpoint,
-    critic: _Endpoint | None,
-    api_key: str | None,
-) -> None:
-    """Run the session's records on ``--workers`` Ray actors (the driver's own clients idle)."""
+async def run_on_ray(session: Session, models: Models) -> None:
+    """Run the session's records on ``--workers`` Ray actors that open clients by ``models.plan``.
+
+    The driver's own clients in ``models`` stay idle.
+    """
     import ray
 
+    plan = models.plan
+    if plan is None:
+        raise ConfigError("a run on Ray needs the plan of its clients (Models.plan)")
     s = session.settings
     workers = s.workers or 1
     spec = WorkerSpec(
-        JobFiles.of(session.job), s, generator, critic, session.prices, s.budget is not None
+        JobFiles.of(session.job),
+        s,
+        plan.generator,
+        plan.critic,
+        session.prices,
+        s.budget is not None,
     )
-    run = _Run(session, models, 1 if critic is None else 2, api_key)
+    run = _Run(session, models, 1 if plan.critic is None else 2, plan.api_key)
     async with connect(s, workers):
         actor = ray.remote(Worker).options(
             num_cpus=WORKER_CPUS,

@@ -1,0 +1,494 @@
+"""The figures of a run's report, folded from its files in one streaming pass.
+
+``outputs.jsonl`` and ``traces.jsonl`` are each read once, line by line, and folded
+into running sums as they are read: memory grows with the number of iterations and
+metric names, never with the number of records. The token and latency distributions
+are kept as bounded reservoir samples (exact counts, means and maxima; percentiles
+from the sample).
+
+Quality by iteration is shown the two ways one can read the Self-Refine paper's
+tables, for the critic's score and for every numeric or boolean metric of the job's
+evaluator (booleans as the share of true), over the ``done`` records:
+
+- **carried forward**: each record contributes its latest value at an iteration <= t,
+  so a record that stopped early keeps its last answer. The population stays the same
+  in every row, and the row-to-row change is what more refinement buys.
+- **reached t**: only records that made at least t refinements. Records that stop early
+  (often the easy ones) drop out, so later rows describe a different population.
+
+Dollars come from each record's ``cost_usd`` (or its tokens at the model's price), and
+per iteration from each traced call's price; a call whose model has no price is counted
+as unknown, never as free.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from .source import Key, Pricing, RunInfo, Scan, integer, number, read_run_info, record_values, scan
+
+__all__ = [
+    "SAMPLE_SIZE",
+    "Cell",
+    "Distribution",
+    "Measure",
+    "RunReport",
+    "Spend",
+    "Summary",
+    "summarize",
+]
+
+SAMPLE_SIZE: Final = 10_000  # values kept per distribution (tokens, latency of each role)
+ROLES: Final = ("generate", "feedback", "refine")
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """A mean over ``n`` values (None when ``n`` is 0)."""
+
+    mean: float | None
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """One quality measure by iteration: the critic's score or one evaluator metric.
+
+    ``reached[t]`` and ``carried[t]`` are the two readings of iteration ``t`` (see the
+    module docstring). ``initial`` and ``chosen`` are means over the same records: those
+    with a value both at iteration 0 and at their chosen iteration.
+    """
+
+    kind: Literal["score", "metric"]
+    name: str
+    rate: bool  # every value was a boolean: means are shares of true
+    reached: tuple[Cell, ...]
+    carried: tuple[Cell, ...]
+    initial: Cell
+    chosen: Cell
+
+    @property
+    def label(self) -> str:
+        """How the measure is named in tables and plots."""
+        if self.kind == "score":
+            return "score (critic)"
+        return f"{self.name} (rate)" if self.rate else self.name
+
+    @property
+    def gain(self) -> float | None:
+        """Mean chosen value minus mean initial value, over the same records."""
+        if self.initial.mean is None or self.chosen.mean is None:
+            return None
+        return self.chosen.mean - self.initial.mean
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """Exact count, mean and extremes of a stream of values, plus a bounded sample of it."""
+
+    count: int
+    mean: float | None
+    min: float | None
+    max: float | None
+    sample: tuple[float, ...]
+
+    def quantile(self, q: float) -> float | None:
+        """The ``q`` quantile of the sample (exact while the stream fit in the sample)."""
+        if not self.sample:
+            return None
+        ordered = sorted(self.sample)
+        pos = (len(ordered) - 1) * q
+        lo = math.floor(pos)
+        hi = min(lo + 1, len(ordered) - 1)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """Dollars of a set of calls: the sum of those with a price, and how many had none."""
+
+    calls: int
+    dollars: float
+    unknown: int  # calls whose model has no known price
+
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(
+            self.calls + other.calls, self.dollars + other.dollars, self.unknown + other.unknown
+        )
+
+    @property
+    def known(self) -> float | None:
+        """The dollars, when every call had a price."""
+        return self.dollars if self.unknown == 0 else None
+
+
+NO_SPEND: Final = Spend(0, 0.0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """Everything the report shows, computed in one pass over the run directory."""
+
+    run: RunInfo  # the run directory, job, models, state, input and expected records
+    statuses: Mapping[str, int]  # finished records by status (done, failed)
+    prompt_tokens: int
+    completion_tokens: int
+    calls: int
+    cost_usd: float | None  # dollars of the finished records whose cost is known
+    cost_unknown: int  # finished records whose cost is unknown (no price for the model)
+    rows: int  # iterations 0 .. rows-1 appear in the quality table
+    reached_records: tuple[int, ...]  # done records that reached iteration t
+    measures: tuple[Measure, ...]
+    refined_chosen: int  # done records whose chosen answer is a refinement (iteration > 0)
+    stop_reasons: Mapping[str, int]  # all finished records, most frequent first
+    iterations: Mapping[int, int]  # done records by refinements made
+    chosen_iterations: Mapping[int, int]  # done records by chosen iteration
+    tokens: Distribution  # prompt + completion tokens per finished record
+    latency: Mapping[str, Distribution]  # seconds per call, by role
+    step_errors: Mapping[str, int]  # calls that recorded an error, by role
+    retried: Mapping[str, int]  # calls that needed more than one attempt, by role
+    answer_spend: tuple[Spend, ...]  # traced generate/refine calls of iteration t
+    feedback_spend: tuple[Spend, ...]  # traced feedback calls on the answer of iteration t
+    skipped_lines: int  # unreadable lines (a line being written while we read)
+
+    @property
+    def done(self) -> int:
+        """Records finished as done."""
+        return self.statuses.get("done", 0)
+
+    @property
+    def failed(self) -> int:
+        """Records finished as failed."""
+        return self.statuses.get("failed", 0)
+
+    @property
+    def pending(self) -> int | None:
+        """Records not finished yet, when the input's size is known."""
+        if self.run.records is None:
+            return None
+        return max(0, self.run.records - sum(self.statuses.values()))
+
+    @property
+    def priced(self) -> bool:
+        """Whether any traced call has a price, so that cost by iteration means something."""
+        return any(s.calls > s.unknown for s in (*self.answer_spend, *self.feedback_spend))
+
+    def spend(self, t: int) -> Spend:
+        """Calls of iteration ``t``: its answer (generate or refine) and the feedback on it."""
+        return _at(self.answer_spend, t) + _at(self.feedback_spend, t)
+
+    def step_spend(self, t: int) -> Spend:
+        """What refinement ``t`` cost: the feedback on answer t-1 and the refine call itself."""
+        return _at(self.feedback_spend, t - 1) + _at(self.answer_spend, t)
+
+    def gain_per_dollar(self, m: Measure, t: int) -> float | None:
+        """Carried-forward gain from t-1 to t, summed over records, per dollar refinement t cost.
+
+        None at t = 0, without a value at t-1 or t, or when some call had no price.
+        """
+        if t < 1 or t >= len(m.carried):
+            return None
+        before, after = m.carried[t - 1], m.carried[t]
+        dollars = self.step_spend(t).known
+        if before.mean is None or after.mean is None or not dollars:
+            return None
+        return (after.mean - before.mean) * after.n / dollars
+
+
+def _at(spends: Sequence[Spend], t: int) -> Spend:
+    return spends[t] if 0 <= t < len(spends) else NO_SPEND
+
+
+# -- streaming accumulators --------------------------------------------------------------------
+
+
+class _Mean:
+    """A running sum and count."""
+
+    __slots__ = ("n", "total")
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.n = 0
+
+    def add(self, value: float) -> None:
+        self.total += value
+        self.n += 1
+
+    def cell(self, extra: _Mean | None = None) -> Cell:
+        total = self.total + (extra.total if extra else 0.0)
+        n = self.n + (extra.n if extra else 0)
+        return Cell(total / n if n else None, n)
+
+
+def _grow(means: list[_Mean], size: int) -> None:
+    while len(means) < size:
+        means.append(_Mean())
+
+
+class _Series:
+    """Per-iteration sums of one measure, fed one record's values at a time."""
+
+    __slots__ = ("carried", "chosen", "initial", "nonbool", "reached", "tail")
+
+    def __init__(self) -> None:
+        self.reached: list[_Mean] = []
+        self.carried: list[_Mean] = []
+        # tail[k]: last values of records whose final iteration is k-1. Such a record
+        # counts in every carried-forward row t >= k, and the last row is only known once
+        # every record is read, so its value is added once here and spread in `build`.
+        self.tail: list[_Mean] = []
+        self.initial = _Mean()
+        self.chosen = _Mean()
+        self.nonbool = False
+
+    def add(self, values: Sequence[float | None], chosen: int | None) -> None:
+        _grow(self.reached, len(values))
+        _grow(self.carried, len(values))
+        _grow(self.tail, len(values) + 1)
+        last: float | None = None
+        for t, value in enumerate(values):
+            if value is not None:
+                self.reached[t].add(value)
+                last = value
+            if last is not None:
+                self.carried[t].add(last)
+        if last is not None:
+            self.tail[len(values)].add(last)
+        if chosen is not None and 0 <= chosen < len(values):
+            first, best = values[0], values[chosen]
+            if first is not None and best is not None:
+                self.initial.add(first)
+                self.chosen.add(best)
+
+    def build(self, kind: Literal["score", "metric"], name: str, rows: int) -> Measure:
+        reached: list[Cell] = []
+        carried: list[Cell] = []
+        stopped = _Mean()  # records that stopped before t, at their last value
+        for t in range(rows):
+            if t < len(self.tail):
+                stopped.total += self.tail[t].total
+                stopped.n += self.tail[t].n
+            here = self.reached[t] if t < len(self.reached) else _Mean()
+            reached.append(here.cell())
+            carried.append((self.carried[t] if t < len(self.carried) else _Mean()).cell(stopped))
+        return Measure(
+            kind=kind,
+            name=name,
+            rate=kind == "metric" and not self.nonbool,
+            reached=tuple(reached),
+            carried=tuple(carried),
+            initial=self.initial.cell(),
+            chosen=self.chosen.cell(),
+        )
+
+
+class _Reservoir:
+    """A uniform sample of at most ``size`` values of a stream (Vitter's algorithm R)."""
+
+    __slots__ = ("count", "items", "max", "min", "rng", "size", "total")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: list[float] = []
+        self.count = 0
+        self.total = 0.0
+        self.min: float | None = None
+        self.max: float | None = None
+        self.rng = random.Random(0)  # seeded: the same run gives the same report
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        self.min = value if self.min is None else min(self.min, value)
+        self.max = value if self.max is None else max(self.max, value)
+        if len(self.items) < self.size:
+            self.items.append(value)
+            return
+        j = self.rng.randrange(self.count)
+        if j < self.size:
+            self.items[j] = value
+
+    def freeze(self) -> Distribution:
+        mean = self.total / self.count if self.count else None
+        return Distribution(self.count, mean, self.min, self.max, tuple(self.items))
+
+
+class _Quality:
+    """Per-iteration sums of the score and of every evaluator metric, over done records."""
+
+    __slots__ = ("chosen", "iterations", "reached", "refined_chosen", "series")
+
+    def __init__(self) -> None:
+        self.series: dict[Key, _Series] = {}  # metrics in first-seen order
+        self.reached: list[int] = []
+        self.iterations: Counter[int] = Counter()
+        self.chosen: Counter[int] = Counter()
+        self.refined_chosen = 0
+
+    def add(self, line: Mapping[str, Any]) -> None:
+        values = record_values(line)
+        while len(self.reached) < values.size:
+            self.reached.append(0)
+        for t in range(values.size):
+            self.reached[t] += 1
+        self.iterations[values.made] += 1
+        if values.chosen is not None:
+            self.chosen[values.chosen] += 1
+            if values.chosen > 0:
+                self.refined_chosen += 1
+        for key, series in values.series.items():
+            acc = self.series.setdefault(key, _Series())
+            acc.nonbool = acc.nonbool or values.numeric[key]
+            acc.add(series, values.chosen)
+
+    def measures(self) -> tuple[Measure, ...]:
+        rows = len(self.reached)
+        out = []
+        for (kind, name), series in self.series.items():
+            if any(m.n for m in series.reached):  # a measure no record ever had is no column
+                out.append(series.build(kind, name, rows))
+        out.sort(key=lambda m: m.kind != "score")  # stable: metrics keep first-seen order
+        return tuple(out)
+
+
+class _Spends:
+    """Dollars of calls by iteration."""
+
+    __slots__ = ("calls", "dollars", "unknown")
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.dollars: list[float] = []
+        self.unknown: list[int] = []
+
+    def add(self, t: int, dollars: float | None) -> None:
+        while len(self.calls) <= t:
+            self.calls.append(0)
+            self.dollars.append(0.0)
+            self.unknown.append(0)
+        self.calls[t] += 1
+        if dollars is None:
+            self.unknown[t] += 1
+        else:
+            self.dollars[t] += dollars
+
+    def freeze(self) -> tuple[Spend, ...]:
+        return tuple(map(Spend, self.calls, self.dollars, self.unknown))
+
+
+# -- the reader --------------------------------------------------------------------------------
+
+
+class Summary:
+    """A run reader that folds every line into the report's figures."""
+
+    def __init__(self, pricing: Pricing, sample_size: int = SAMPLE_SIZE) -> None:
+        self.pricing = pricing
+        self.sample_size = sample_size
+        self.statuses: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
+        self.dollars = 0.0
+        self.priced = 0
+        self.unpriced = 0
+        self.tokens = _Reservoir(sample_size)
+        self.quality = _Quality()
+        self.latency: dict[str, _Reservoir] = {}
+        self.errors: Counter[str] = Counter()
+        self.retried: Counter[str] = Counter()
+        self.answers = _Spends()
+        self.feedback = _Spends()
+
+    def output(self, line: Mapping[str, Any]) -> None:
+        """Count one outputs.jsonl line."""
+        # outputs.jsonl holds one line per id (the writer checks its keys), so lines are not
+        # de-duplicated here: that would need a set of every id.
+        status = str(line.get("status"))
+        self.statuses[status] += 1
+        self.reasons[str(line.get("stop_reason"))] += 1
+        used = line.get("usage")
+        used = used if isinstance(used, dict) else {}
+        for k in self.usage:
+            self.usage[k] += integer(used.get(k))
+        self.tokens.add(integer(used.get("prompt_tokens")) + integer(used.get("completion_tokens")))
+        dollars = self.pricing.record(line)
+        if dollars is None:
+            self.unpriced += 1
+        else:
+            self.priced += 1
+            self.dollars += dollars
+        if status == "done":
+            self.quality.add(line)
+
+    def trace(self, line: Mapping[str, Any]) -> None:
+        """Count the calls of one traces.jsonl line."""
+        steps = line.get("steps")
+        for step in steps if isinstance(steps, list) else []:
+            if not isinstance(step, dict):
+                continue
+            role = str(step.get("role"))
+            seconds = number(step.get("latency_s"))
+            if seconds is not None:
+                if role not in self.latency:
+                    self.latency[role] = _Reservoir(self.sample_size)
+                self.latency[role].add(seconds[0])
+            if step.get("error"):
+                self.errors[role] += 1
+            if integer(step.get("attempts"), 1) > 1:
+                self.retried[role] += 1
+            t = integer(step.get("iteration"), -1)
+            if t >= 0:
+                spends = self.feedback if role == "feedback" else self.answers
+                spends.add(t, self.pricing.step(step))
+
+    def report(self, found: Scan) -> RunReport:
+        """The figures, once every line has been read."""
+        info: RunInfo = found.info
+        order = sorted(
+            self.latency, key=lambda r: (ROLES.index(r) if r in ROLES else len(ROLES), r)
+        )
+        dollars: float | None = self.dollars
+        if not self.priced:
+            # Nothing was priced: unknown, except that an empty run of a priced model cost 0.
+            free = self.pricing.book.price(self.pricing.model_for.get("generate")) is not None
+            dollars = 0.0 if free and not self.unpriced else None
+        return RunReport(
+            run=info,
+            statuses=dict(self.statuses),
+            prompt_tokens=self.usage["prompt_tokens"],
+            completion_tokens=self.usage["completion_tokens"],
+            calls=self.usage["calls"],
+            cost_usd=dollars,
+            cost_unknown=self.unpriced,
+            rows=len(self.quality.reached),
+            reached_records=tuple(self.quality.reached),
+            measures=self.quality.measures(),
+            refined_chosen=self.quality.refined_chosen,
+            stop_reasons=dict(self.reasons.most_common()),
+            iterations=dict(sorted(self.quality.iterations.items())),
+            chosen_iterations=dict(sorted(self.quality.chosen.items())),
+            tokens=self.tokens.freeze(),
+            latency={role: self.latency[role].freeze() for role in order},
+            step_errors=dict(self.errors),
+            retried=dict(self.retried),
+            answer_spend=self.answers.freeze(),
+            feedback_spend=self.feedback.freeze(),
+            skipped_lines=found.skipped_lines,
+        )
+
+
+def summarize(run_dir: Path, *, sample_size: int = SAMPLE_SIZE) -> RunReport:
+    """Read a run directory once and compute every figure of its report."""
+    info = read_run_info(run_dir)
+    summary = Summary(info.pricing, sample_size)
+    return summary.report(scan(info, [summary]))

@@ -1,0 +1,5 @@
+"""``python -m pipeline.testing.simulator``."""
+
+from .cli import main
+
+raise SystemExit(main())

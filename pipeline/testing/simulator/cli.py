@@ -1,0 +1,131 @@
+"""The command line: ``python -m pipeline.testing.simulator --port 0 --latency 0.05 ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+from .config import FAULTS, STRUCTURED_LEVELS, SimConfig
+from .server import Simulator
+
+__all__ = ["build_parser", "main"]
+
+
+def _outage(text: str) -> tuple[float, float]:
+    start, sep, end = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError("an outage is START:END in seconds since server start")
+    return float(start), float(end)
+
+
+def _statuses(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError as err:
+        raise argparse.ArgumentTypeError("statuses are comma-separated integers") from err
+
+
+def _names(values: list[str] | None) -> tuple[str, ...] | None:
+    if values is None:
+        return None
+    return tuple(m.strip() for arg in values for m in arg.split(",") if m.strip())
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text.lower() in ("", "none", "off") else int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The simulator's argument parser (defaults from ``SimConfig``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.testing.simulator",
+        description="OpenAI-compatible HTTP server simulator (prints 'listening URL' when ready).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--log", dest="log_path", default=None, help="append JSONL request log")
+    d = SimConfig()
+    parser.add_argument(
+        "--latency", "--latency-s", dest="latency_s", type=float, default=d.latency_s
+    )
+    parser.add_argument("--jitter", "--jitter-s", dest="jitter_s", type=float, default=d.jitter_s)
+    parser.add_argument("--p-done", dest="p_done", type=float, default=d.p_done)
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--api-key", dest="api_key", default=d.api_key)
+    parser.add_argument(
+        "--models",
+        "--model",
+        dest="models",
+        action="append",
+        default=None,
+        help="accepted model names (comma separated and/or repeated)",
+    )
+    parser.add_argument("--structured", choices=STRUCTURED_LEVELS, default=d.structured)
+    parser.add_argument("--fence-json", dest="fence_json", action="store_true")
+    parser.add_argument("--rpm", type=float, default=d.rpm)
+    parser.add_argument("--tpm", type=float, default=d.tpm)
+    for name in FAULTS:
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, dest=name, type=float, default=getattr(d, name))
+    parser.add_argument("--hang", "--hang-s", dest="hang_s", type=float, default=d.hang_s)
+    parser.add_argument(
+        "--outage",
+        "--outages",
+        dest="outages",
+        type=_outage,
+        action="append",
+        default=[],
+        help="START:END seconds since server start (repeatable)",
+    )
+    parser.add_argument("--faults-seed", dest="faults_seed", type=int, default=d.faults_seed)
+    batch = parser.add_argument_group("Batch API")
+    for flag, name, kind, help_ in (
+        ("--batch-validating", "batch_validating_s", float, "seconds a batch spends validating"),
+        ("--batch-delay", "batch_delay_s", float, "seconds in progress (the completion delay)"),
+        ("--batch-finalizing", "batch_finalizing_s", float, "seconds finalizing (or cancelling)"),
+        ("--p-line-fail", "p_line_fail", float, "probability that a batch line fails"),
+        ("--line-fail-statuses", "line_fail_statuses", _statuses, "statuses of failed lines"),
+        ("--p-batch-expire", "p_batch_expire", float, "probability that a batch expires"),
+        ("--expire-fraction", "expire_fraction", float, "share of an expiring batch finished"),
+        ("--batch-max-requests", "batch_max_requests", int, "lines per batch at most"),
+        ("--batch-max-bytes", "batch_max_bytes", int, "input file size at most"),
+        ("--batch-token-limit", "batch_token_limit", _optional_int, "enqueued tokens per model"),
+        ("--batch-max-in-progress", "batch_max_in_progress", _optional_int, "batches in flight"),
+    ):
+        default = getattr(d, name)
+        batch.add_argument(
+            flag, dest=name, type=kind, default=default, help=f"{help_} (default: {default})"
+        )
+    batch.add_argument(
+        "--no-batch-shuffle",
+        dest="batch_shuffle",
+        action="store_false",
+        help="write output lines in input order",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the simulator as a process until SIGTERM/SIGINT."""
+    values: dict[str, Any] = vars(build_parser().parse_args(argv))
+    values["models"] = _names(values["models"])
+    values["outages"] = tuple(values["outages"])
+    host: str = values.pop("host")
+    port: int = values.pop("port")
+    log_path: str | None = values.pop("log_path")
+    known = {f.name for f in fields(SimConfig)}
+    try:
+        config = SimConfig(**{k: v for k, v in values.items() if k in known})
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def announce(url: str) -> None:
+        sys.stdout.write(f"listening {url}\n")
+        sys.stdout.flush()
+
+    Simulator(config, host, port, log_path, keep_requests=False).serve_forever(announce)
+    return 0

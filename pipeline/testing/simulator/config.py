@@ -1,0 +1,106 @@
+"""The simulator's settings: one frozen value, swappable at runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "BATCH_ENDPOINT",
+    "DEFAULT_MODEL",
+    "FAULTS",
+    "STRUCTURED_LEVELS",
+    "SimConfig",
+]
+
+STRUCTURED_LEVELS: Final = ("json_schema", "json_object", "none")
+DEFAULT_MODEL: Final = "sim-model"
+BATCH_ENDPOINT: Final = "/v1/chat/completions"
+# Real-time faults, in the fixed order their random draws are taken (reproducibility).
+FAULTS: Final = ("p_500", "p_503", "p_hang", "p_reset", "p_truncate", "p_length", "p_refusal")
+_PROBABILITIES: Final = ("p_done", *FAULTS, "p_line_fail", "p_batch_expire", "expire_fraction")
+_DURATIONS: Final = (
+    "latency_s",
+    "jitter_s",
+    "hang_s",
+    "batch_validating_s",
+    "batch_delay_s",
+    "batch_finalizing_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Behaviour of the simulated server (swap it at runtime with ``Simulator.set_config``).
+
+    Batch settings are read when a batch is created, except the two limits
+    (``batch_token_limit``, ``batch_max_in_progress``), which hold at every check.
+    """
+
+    latency_s: float = 0.0
+    jitter_s: float = 0.0
+    p_done: float = 0.3
+    seed: int = 0
+    api_key: str | None = None
+    models: tuple[str, ...] | None = None
+    structured: str = "json_schema"
+    fence_json: bool = False
+    rpm: float | None = None
+    tpm: float | None = None
+    p_500: float = 0.0
+    p_503: float = 0.0
+    p_hang: float = 0.0
+    hang_s: float = 3600.0
+    p_reset: float = 0.0
+    p_truncate: float = 0.0
+    p_length: float = 0.0
+    p_refusal: float = 0.0
+    outages: tuple[tuple[float, float], ...] = ()
+    faults_seed: int = 0
+    # Batch API: seconds spent validating, in progress (the completion delay) and finalizing.
+    batch_validating_s: float = 0.05
+    batch_delay_s: float = 0.2
+    batch_finalizing_s: float = 0.05
+    # A failed line answers with one of these statuses, chosen per line.
+    p_line_fail: float = 0.0
+    line_fail_statuses: tuple[int, ...] = (500, 429, 400)
+    # An expiring batch finishes ``expire_fraction`` of its lines, then expires.
+    p_batch_expire: float = 0.0
+    expire_fraction: float = 0.5
+    batch_shuffle: bool = True
+    batch_max_requests: int = 50_000
+    batch_max_bytes: int = 200 * 1024 * 1024
+    # Enqueued tokens per model (prompt estimate + max tokens over batches in flight).
+    batch_token_limit: int | None = None
+    batch_max_in_progress: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.structured not in STRUCTURED_LEVELS:
+            raise ValueError(
+                f"structured must be one of {STRUCTURED_LEVELS}, not {self.structured!r}"
+            )
+        for name in _PROBABILITIES:
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], not {value!r}")
+        for name in _DURATIONS:
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, not {getattr(self, name)!r}")
+        for name in ("rpm", "tpm"):
+            limit = getattr(self, name)
+            if limit is not None and not limit > 0:
+                raise ValueError(f"{name} must be positive when set, not {limit!r}")
+        for window in self.outages:
+            if len(window) != 2 or window[1] < window[0]:
+                raise ValueError(f"outage windows are (start_s, end_s) pairs, not {window!r}")
+        if not self.line_fail_statuses or any(not 400 <= s <= 599 for s in self.line_fail_statuses):
+            raise ValueError(
+                f"line_fail_statuses must be HTTP error statuses, not {self.line_fail_statuses!r}"
+            )
+        for name in ("batch_max_requests", "batch_max_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)!r}")
+        for name in ("batch_token_limit", "batch_max_in_progress"):
+            limit = getattr(self, name)
+            if limit is not None and limit < 1:
+                raise ValueError(f"{name} must be at least 1 when set, not {limit!r}")

@@ -1,0 +1,426 @@
+"""Chat completions, answered in steps: validate → rate-limit → fault → answer.
+
+Batch lines take the same validation and answer, without the real-time limits and faults.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from .auth import auth_error
+from .config import DEFAULT_MODEL, FAULTS, SimConfig
+from .content import AnswerMode, content_text, estimate_tokens, write_answer
+from .log import RequestLog, RequestLogger
+from .ratelimit import RateLimiter
+from .replies import Action, Reply, error_body, json_reply
+
+__all__ = [
+    "DEFAULT_COST_COMPLETION_TOKENS",
+    "REFUSAL_TEXT",
+    "ChatRequest",
+    "Engine",
+    "Rejection",
+    "line_error_body",
+    "model_error",
+    "models_reply",
+    "parse_chat",
+]
+
+DEFAULT_COST_COMPLETION_TOKENS: Final = 256
+REFUSAL_TEXT: Final = "I'm sorry, but I can't help with that request."
+_UNPARSEABLE: Final = (
+    "We could not parse the JSON body of your request. (HINT: This likely means you "
+    "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A valid chat-completion request, with what answering it needs."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    texts: list[str]
+    prompt_tokens: int
+    max_tokens: int | None
+    mode: AnswerMode
+    schema: Any
+
+    @property
+    def cost(self) -> int:
+        """Tokens it may use: the prompt plus the completion limit (or a default)."""
+        limit = self.max_tokens if self.max_tokens is not None else DEFAULT_COST_COMPLETION_TOKENS
+        return self.prompt_tokens + limit
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a request cannot be answered: the status, OpenAI's error body, the log outcome."""
+
+    status: int
+    body: bytes
+    outcome: str
+
+
+def _bad(message: str, param: str | None, code: str | None = None) -> Rejection:
+    return Rejection(400, error_body(message, "invalid_request_error", param, code), "bad_request")
+
+
+def model_error(model: str) -> bytes:
+    """OpenAI's 404 body for a model that is not served."""
+    message = f"The model `{model}` does not exist or you do not have access to it."
+    return error_body(message, "invalid_request_error", None, "model_not_found")
+
+
+def _answer_mode(cfg: SimConfig, fmt: Any) -> tuple[AnswerMode, Any] | Rejection:
+    """The kind of answer ``response_format`` asks for, if the configured level supports it."""
+    if fmt is None:
+        return "text", None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if cfg.structured == "none":
+        return _bad(
+            "Invalid parameter: 'response_format' is not supported by this server.",
+            "response_format",
+            "unsupported_parameter",
+        )
+    if kind == "text":
+        return "text", None
+    if kind == "json_schema" and cfg.structured == "json_schema":
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            return _bad(
+                "Missing required parameter: 'response_format.json_schema.name'.",
+                "response_format.json_schema.name",
+                "missing_required_parameter",
+            )
+        return "json", spec.get("schema", {})
+    if kind == "json_object":
+        return "json", fmt.get("schema")
+    return _bad(
+        f"Invalid parameter: 'response_format' of type '{kind}' is not supported by this server.",
+        "response_format",
+        "unsupported_value",
+    )
+
+
+def parse_chat(cfg: SimConfig, parsed: Any) -> ChatRequest | Rejection:
+    """Validate a decoded request body (``None`` when it was not JSON) as OpenAI would."""
+    if parsed is None:
+        return _bad(_UNPARSEABLE, None)
+    if not isinstance(parsed, dict):
+        return _bad("The request body must be a JSON object.", None)
+    model = parsed.get("model")
+    if not isinstance(model, str) or not model:
+        return _bad("you must provide a model parameter", "model")
+    if cfg.models is not None and model not in cfg.models:
+        return Rejection(404, model_error(model), "not_found")
+    messages = parsed.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return _bad(
+            "Missing required parameter: 'messages'.", "messages", "missing_required_parameter"
+        )
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
+            return _bad(f"Invalid value for 'messages[{i}]'.", f"messages[{i}]", "invalid_value")
+    if parsed.get("stream"):
+        return _bad("Streaming is not supported by the simulator.", "stream", "unsupported_value")
+    limit = parsed.get("max_completion_tokens")
+    if limit is None:
+        limit = parsed.get("max_tokens")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        return _bad(
+            "Invalid 'max_tokens': integer below minimum value.",
+            "max_tokens",
+            "integer_below_min_value",
+        )
+    mode = _answer_mode(cfg, parsed.get("response_format"))
+    if isinstance(mode, Rejection):
+        return mode
+    texts = [content_text(m.get("content")) for m in messages]
+    prompt_tokens = estimate_tokens(sum(len(x) for x in texts))
+    return ChatRequest(model, messages, texts, prompt_tokens, limit, mode[0], mode[1])
+
+
+_LINE_FAILURES: Final[dict[int, tuple[str, str, str | None]]] = {
+    400: (
+        "The request could not be processed (simulated line failure).",
+        "invalid_request_error",
+        None,
+    ),
+    429: (
+        "Rate limit reached for requests (simulated line failure).",
+        "requests",
+        "rate_limit_exceeded",
+    ),
+}
+_SERVER_FAILURE: Final = (
+    "The server had an error while processing your request. Sorry about that!",
+    "server_error",
+    None,
+)
+
+
+def line_error_body(status: int) -> bytes:
+    """The error body of a batch line that failed with ``status``."""
+    default = _SERVER_FAILURE if status >= 500 else _LINE_FAILURES[400]
+    message, type_, code = _LINE_FAILURES.get(status, default)
+    return error_body(message, type_, None, code)
+
+
+def models_reply(cfg: SimConfig, path: str) -> Reply:
+    """``GET /v1/models`` and ``GET /v1/models/{id}``."""
+    names = cfg.models if cfg.models is not None else (DEFAULT_MODEL,)
+    created = 1_700_000_000
+    cards = [
+        {"id": n, "object": "model", "created": created, "owned_by": "simulator"} for n in names
+    ]
+    if path == "/v1/models":
+        return json_reply({"object": "list", "data": cards})
+    wanted = path[len("/v1/models/") :]
+    for card in cards:
+        if card["id"] == wanted:
+            return json_reply(card)
+    return Reply(404, model_error(wanted))
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A real-time request on its way through the steps: what its reply's log entry needs."""
+
+    t: float
+    body: dict[str, Any]
+    headers: dict[str, str]
+    model: str | None
+
+    def reply(
+        self,
+        status: int,
+        payload: bytes,
+        outcome: str,
+        *,
+        action: Action = "send",
+        usage: tuple[int, int] = (0, 0),
+        headers: list[tuple[str, str]] | None = None,
+        delay: float = 0.0,
+        hang_s: float = 0.0,
+    ) -> Reply:
+        """The reply, carrying this request's log entry (status 0 when nothing is sent)."""
+        sent = status if action in ("send", "truncate") else 0
+        completed = outcome == "ok"
+        log = RequestLog(
+            self.t, self.body, sent, outcome, completed, self.headers, self.model, *usage
+        )
+        return Reply(status, payload, headers or [], action, delay, hang_s, log)
+
+
+def _validate(cfg: SimConfig, call: _Call, parsed: Any) -> ChatRequest | Reply:
+    """The request, or the reply refusing it: a bad key, an invalid body, an outage."""
+    auth = auth_error(cfg.api_key, call.headers)
+    if auth is not None:
+        return call.reply(401, auth, "auth")
+    request = parse_chat(cfg, parsed)
+    if isinstance(request, Rejection):
+        return call.reply(request.status, request.body, request.outcome)
+    if any(start <= call.t < end for start, end in cfg.outages):
+        message = "The service is temporarily unavailable (simulated outage)."
+        payload = error_body(message, "server_error", None, "service_unavailable")
+        return call.reply(503, payload, "outage")
+    return request
+
+
+class Engine:
+    """Answers chat completions and logs each one; owns the rate limits and fault draws."""
+
+    def __init__(self, logger: RequestLogger) -> None:
+        self.logger = logger
+        self.t0 = time.monotonic()
+        self._ids = itertools.count(1)
+        self._limiter = RateLimiter()
+        self._applied: SimConfig | None = None
+        self._fault_rng = random.Random(0)
+        self._jitter_rng = random.Random(0)
+
+    def open(self, now: float) -> None:
+        """Start the clock; the first request sets up limits and draws afresh."""
+        self.t0 = now
+        self._applied = None
+        self._limiter = RateLimiter()
+
+    def _apply(self, cfg: SimConfig, now: float) -> None:
+        """Bring the limits and random streams in line with a (possibly swapped) config."""
+        prev = self._applied
+        if cfg is prev:
+            return
+        self._limiter.configure(now, cfg.rpm, cfg.tpm)
+        if prev is None or prev.faults_seed != cfg.faults_seed:
+            self._fault_rng = random.Random(f"faults:{cfg.faults_seed}")
+        if prev is None or prev.seed != cfg.seed:
+            self._jitter_rng = random.Random(f"jitter:{cfg.seed}")
+        self._applied = cfg
+
+    # -- real time -------------------------------------------------------------------------
+
+    def chat(self, cfg: SimConfig, headers: dict[str, str], raw: bytes, now: float) -> Reply:
+        """``POST /v1/chat/completions``: validate → rate-limit → fault → answer."""
+        self._apply(cfg, now)
+        try:
+            parsed: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            parsed = None
+        body: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+        model = body.get("model")
+        call = _Call(now - self.t0, body, headers, model if isinstance(model, str) else None)
+        request = _validate(cfg, call, parsed)
+        if isinstance(request, Reply):
+            return request
+        admission = self._limiter.admit(now, request.cost)
+        if admission.refusal is not None:
+            return call.reply(429, admission.refusal, "rate_limited", headers=admission.headers)
+        # Always draw every number, in a fixed order, so runs are reproducible.
+        draws = [self._fault_rng.random() for _ in FAULTS]
+        delay = cfg.latency_s
+        if cfg.jitter_s > 0:
+            delay += self._jitter_rng.uniform(-cfg.jitter_s, cfg.jitter_s)
+        delay = max(0.0, delay)
+        fault = _fault(cfg, draws)
+        if fault is not None:
+            status, payload, outcome, action = fault
+            if action == "hang":
+                return call.reply(0, b"", outcome, action=action, hang_s=cfg.hang_s)
+            rl_headers = admission.headers if status else []
+            return call.reply(
+                status, payload, outcome, action=action, delay=delay, headers=rl_headers
+            )
+        value, outcome, usage = self.answer(
+            cfg, request, cut=draws[5] < cfg.p_length, refuse=draws[6] < cfg.p_refusal
+        )
+        truncate = draws[4] < cfg.p_truncate
+        return call.reply(
+            200,
+            orjson.dumps(value),
+            "truncated" if truncate else outcome,
+            action="truncate" if truncate else "send",
+            usage=usage,
+            delay=delay,
+            headers=admission.headers,
+        )
+
+    # -- the answer ------------------------------------------------------------------------
+
+    def answer(
+        self, cfg: SimConfig, request: ChatRequest, *, cut: bool, refuse: bool
+    ) -> tuple[dict[str, Any], str, tuple[int, int]]:
+        """The ``chat.completion`` object, its log outcome, and (prompt, completion) tokens.
+
+        ``cut`` halves the answer (finish_reason "length"); ``refuse`` refuses it.
+        """
+        answer, digest = write_answer(
+            request.messages,
+            request.texts,
+            request.mode,
+            request.schema,
+            seed=cfg.seed,
+            p_done=cfg.p_done,
+            fence_json=cfg.fence_json,
+        )
+        outcome, finish = "ok", "stop"
+        content: str | None = answer
+        refusal: str | None = None
+        if cut:
+            content = answer[: max(1, len(answer) // 2)]
+            outcome, finish = "length", "length"
+        limit = request.max_tokens
+        if limit is not None and content is not None and estimate_tokens(len(content)) > limit:
+            content = content[: limit * 4]
+            outcome, finish = "length", "length"
+        if refuse:
+            content, refusal, outcome, finish = None, REFUSAL_TEXT, "refusal", "stop"
+        completion_tokens = estimate_tokens(len(content if content is not None else REFUSAL_TEXT))
+        prompt_tokens = request.prompt_tokens
+        value = {
+            "id": f"chatcmpl-sim{next(self._ids):x}{digest.hex()[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content, "refusal": refusal},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+            "system_fingerprint": f"fp_sim{cfg.seed & 0xFFFFFFFF:08x}",
+        }
+        return value, outcome, (prompt_tokens, completion_tokens)
+
+    # -- batch lines -----------------------------------------------------------------------
+
+    def answer_line(
+        self,
+        cfg: SimConfig,
+        body: dict[str, Any],
+        *,
+        batch_id: str,
+        custom_id: str,
+        fail_status: int | None,
+        cut: bool,
+        refuse: bool,
+        now: float,
+    ) -> tuple[int, dict[str, Any], tuple[int, int]]:
+        """Answer one batch line as ``/v1/chat/completions`` would, without the real-time
+        limits and faults; log it. Returns the status, response body and (prompt, completion)
+        tokens."""
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        request = parse_chat(cfg, body)
+        usage = (0, 0)
+        if isinstance(request, Rejection):
+            status, value, outcome = request.status, orjson.loads(request.body), request.outcome
+        elif fail_status is not None:
+            status, value = fail_status, orjson.loads(line_error_body(fail_status))
+            outcome = f"error_{fail_status}"
+        else:
+            value, outcome, usage = self.answer(cfg, request, cut=cut, refuse=refuse)
+            status = 200
+        self.logger.record(
+            RequestLog(
+                now - self.t0,
+                body,
+                status,
+                outcome,
+                outcome == "ok",
+                {},
+                model,
+                usage[0],
+                usage[1],
+                batch_id,
+                custom_id,
+            )
+        )
+        return status, value, usage
+
+
+def _fault(cfg: SimConfig, draws: list[float]) -> tuple[int, bytes, str, Action] | None:
+    """The transport-level fault the draws pick, if any: status, body, outcome, action."""
+    if draws[0] < cfg.p_500:
+        message = "The server had an error while processing your request. Sorry about that!"
+        return 500, error_body(message, "server_error"), "error_500", "send"
+    if draws[1] < cfg.p_503:
+        message = "The engine is currently overloaded, please try again later."
+        return 503, error_body(message, "server_error"), "error_503", "send"
+    if draws[2] < cfg.p_hang:
+        return 0, b"", "hang", "hang"
+    if draws[3] < cfg.p_reset:
+        return 0, b"", "reset", "reset"
+    return None

@@ -1,0 +1,121 @@
+"""`refine estimate`: calls, tokens and dollars before a run, from prompts or from a sample."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipeline import Settings, load_job
+from pipeline.estimate import from_prompts, from_sample, render, run_estimate
+from pipeline.prices import Price, PriceBook
+from pipeline.testing.simulator import SimConfig, Simulator
+from tests.helpers import read_jsonl, tasks, write_jsonl
+
+JOB = load_job("code-improve")  # scored, no copy retries
+MODELS = {"generate": "m", "refine": "m", "feedback": "m"}
+
+
+@pytest.mark.parametrize("max_iters", [0, 1, 3])
+def test_calls_per_scenario_follow_the_loop(tmp_path: Path, max_iters: int) -> None:
+    """low = generate + one feedback; high = the whole budget plus the scoring feedback."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(40))
+    est = from_prompts(JOB, inp, Settings(max_iters=max_iters), PriceBook(), MODELS)
+    calls = {name: f.calls for name, f in est.scenarios.items()}
+    if max_iters == 0:
+        assert calls == {"low": 40, "expected": 40, "high": 40}
+    else:
+        assert calls["low"] == 40 * 2
+        assert calls["high"] == 40 * (1 + 2 * max_iters + 1)
+        assert calls["low"] < calls["expected"] <= calls["high"]
+    low, exp, high = (est.scenarios[n] for n in ("low", "expected", "high"))
+    assert low.prompt_tokens <= exp.prompt_tokens <= high.prompt_tokens
+    assert high.completion_tokens == high.calls * JOB.max_tokens
+
+
+def test_scaled_to_the_input_from_its_first_records(tmp_path: Path) -> None:
+    """Prompts of the first records are scaled to every input line (and to --limit)."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(100))
+    whole = from_prompts(JOB, inp, Settings(max_iters=1), PriceBook(), MODELS, prompt_records=10)
+    part = from_prompts(JOB, inp, Settings(max_iters=1, limit=50), PriceBook(), MODELS)
+    assert (whole.records, part.records) == (100, 50)
+    assert whole.scenarios["high"].calls == 100 * 4
+    assert part.scenarios["high"].calls == 50 * 4
+
+
+def test_dollars_use_the_prices_and_batch_discount(tmp_path: Path) -> None:
+    """Dollars come from the price table (half with --batch); an unknown price says so."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
+    book = PriceBook({"m": Price(1.0, 2.0)})
+    est = from_prompts(JOB, inp, Settings(max_iters=1), book, MODELS)
+    high = est.scenarios["high"]
+    assert high.cost_usd == pytest.approx(
+        (high.prompt_tokens * 1.0 + high.completion_tokens * 2.0) / 1e6, rel=1e-3
+    )
+    batch = from_prompts(JOB, inp, Settings(max_iters=1, batch=True), book, MODELS)
+    assert batch.scenarios["high"].cost_usd == pytest.approx(high.cost_usd / 2, rel=1e-3)  # type: ignore[operator]
+    unknown = from_prompts(JOB, inp, Settings(max_iters=1), PriceBook(), MODELS)
+    assert unknown.scenarios["low"].cost_usd is None
+    assert "--prices" in render(unknown)
+
+
+def test_sample_extrapolates_mean_with_an_interval() -> None:
+    """From a sample: expected = mean x records; low and high bound the 90% interval."""
+    per = [(4, 100, 50, 0.01), (6, 140, 70, 0.03)]
+    est = from_sample(per, 1000)
+    exp = est.scenarios["expected"]
+    assert (exp.calls, exp.prompt_tokens, exp.completion_tokens) == (5000, 120_000, 60_000)
+    assert exp.cost_usd == pytest.approx(20.0)
+    assert est.scenarios["low"].calls < 5000 < est.scenarios["high"].calls
+
+
+def test_sample_runs_for_real_and_is_not_paid_again(tmp_path: Path) -> None:
+    """`refine estimate --sample 10 --out DIR`, then `refine run --out DIR`: no record twice."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(40))
+    out = tmp_path / "run"
+    with Simulator(SimConfig(p_done=0.5)) as sim:
+        settings = Settings(model="sim-model", base_url=sim.url, max_iters=1)
+        static, sampled = run_estimate("code-improve", inp, settings, sample=10, out=out)
+        sampled_calls = len(sim.completed_bodies())
+        env = {**os.environ, "OPENAI_API_KEY": "k"}
+        args = ["run", "code-improve", str(inp), "--out", str(out), "--base-url", sim.url]
+        full = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.cli",
+                *args,
+                "--model",
+                "sim-model",
+                "--max-iters",
+                "1",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        total_calls = len(sim.completed_bodies())
+    assert full.returncode == 0, full.stderr
+    assert sampled.records == 40 and "10 records run for real" in sampled.basis
+    assert sampled.scenarios["expected"].calls == pytest.approx(sampled_calls * 4, abs=1)
+    outs = read_jsonl(out / "outputs.jsonl")
+    assert len(outs) == 40
+    assert total_calls == sum(o["usage"]["calls"] for o in outs)  # type: ignore[index,misc]
+    assert static.scenarios["low"].calls == 80
+
+
+def test_estimate_command_prints_three_scenarios(tmp_path: Path) -> None:
+    """`refine estimate JOB INPUT` prints low, expected and high; --json gives the figures."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(5))
+    cmd = [sys.executable, "-m", "pipeline.cli", "estimate", "code-improve", str(inp)]
+    text = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0, text.stderr
+    assert all(word in text.stdout for word in ("low", "expected", "high", "$"))
+    js = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
+    [est] = orjson.loads(js.stdout)
+    assert est["records"] == 5 and set(est["scenarios"]) == {"low", "expected", "high"}

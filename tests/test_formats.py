@@ -1,0 +1,67 @@
+"""The structured-output ladder as pure functions: request bodies and stepping down."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.formats import FORMAT_VOTES, FormatLadder, format_refused
+
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["done"],
+    "properties": {"done": {"type": "boolean"}},
+}
+MESSAGES = [{"role": "user", "content": "Review it."}]
+
+
+def test_request_at_each_level() -> None:
+    """json_schema sends the schema (strict if it can); lower levels spell it out in the prompt."""
+    ladder = FormatLadder()
+    sent, extra = ladder.request(MESSAGES, SCHEMA, 0)
+    assert extra["response_format"]["type"] == "json_schema"
+    assert extra["response_format"]["json_schema"]["strict"] is True
+    assert sent == MESSAGES
+    sent, extra = ladder.request(MESSAGES, SCHEMA, 1)
+    assert extra == {"response_format": {"type": "json_object", "schema": SCHEMA}}
+    assert "JSON Schema" in sent[-1]["content"]
+    sent, extra = ladder.request(MESSAGES, SCHEMA, 2)
+    assert extra == {} and "JSON Schema" in sent[-1]["content"]
+    assert MESSAGES[0]["content"] == "Review it."  # the caller's messages are not changed
+    assert ladder.request(MESSAGES, None, 0) == (MESSAGES, {})
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "refused"),
+    [
+        (400, "response_format json_schema is not supported", True),
+        (422, "unknown field: grammar", True),
+        (500, "validation error in response_format", True),
+        (500, "internal error", False),
+        (400, "prompt too long", False),
+    ],
+)
+def test_format_refused_table(status: int, message: str, refused: bool) -> None:
+    """Only answers naming the format count as a refusal of it."""
+    assert format_refused(status, message) is refused
+
+
+def test_named_refusal_moves_the_pool_a_bare_400_only_the_call() -> None:
+    """A refusal naming the format moves the pool down; a bare 400 moves this call only."""
+    ladder = FormatLadder()
+    assert ladder.refused(400, "response_format not supported", 0) == 1
+    assert ladder.level == 1
+    assert ladder.refused(400, "bad request", 1) == 2
+    assert ladder.level == 1
+    assert ladder.refused(400, "bad request", 2) is None  # nothing left below plain text
+    assert ladder.refused(503, "busy", 1) is None
+
+
+def test_calls_that_succeed_lower_vote_the_pool_down() -> None:
+    """After FORMAT_VOTES calls succeed one level down, the whole pool starts there."""
+    ladder = FormatLadder()
+    for _ in range(FORMAT_VOTES - 1):
+        ladder.succeeded(1)
+    assert ladder.level == 0
+    ladder.succeeded(1)
+    assert ladder.level == 1
