@@ -303,19 +303,30 @@ def test_killed_driver_resumes_with_the_same_command(cluster: str, tmp_path: Pat
 
 
 def ray_processes() -> set[int]:
-    """Pids of Ray's processes on this machine (gcs_server, raylet, workers, agents)."""
-    found = set()
+    """Pids of Ray's processes (gcs_server, raylet, workers, agents) that are not this test
+    process's own (the module's instance): those a `refine` child left behind."""
+    parents: dict[int, int] = {}
+    ray_pids = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+            stat = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
         except OSError:
             continue
-        if state != "Z" and (b"ray::" in cmd or b"gcs_server" in cmd or b"raylet" in cmd):
-            found.add(int(entry.name))
-    return found
+        parents[int(entry.name)] = int(stat[1])
+        if stat[0] != "Z" and (b"ray::" in cmd or b"gcs_server" in cmd or b"raylet" in cmd):
+            ray_pids.add(int(entry.name))
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return {pid for pid in ray_pids if not ours(pid)}
 
 
 def test_a_local_ray_instance_is_started_and_stopped(cluster: str, tmp_path: Path) -> None:
