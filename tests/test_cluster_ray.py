@@ -83,8 +83,7 @@ def comparable(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def test_workers_produce_what_a_single_process_does(cluster: str, tmp_path: Path) -> None:
-    """Two Ray workers write the same outputs and traces as one process (the simulator is
-    deterministic), with the critic on another model; the calls are made by the workers."""
+    """Two Ray workers (critic on another model) write what one process writes, call for call."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))
     with Simulator(SimConfig(latency_s=0.01, p_done=0.3)) as sim:
         one = settings(sim.url, feedback_model="sim-critic", rpm=60_000)
@@ -133,8 +132,7 @@ async def kill_a_worker_when(run_dir: Path, sim: Simulator, calls: int) -> tuple
 async def test_killed_worker_under_a_shared_rate_limit(
     cluster: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A server enforcing 2,400 RPM per second, two workers, one SIGKILLed mid-run: every record
-    is done, at most 1% of requests are refused, and only calls in flight are made twice."""
+    """2,400 RPM enforced, one of two workers SIGKILLed: all done, <= 1% 429s, few calls twice."""
     n, concurrency = 80, 6
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(n))
     run_dir = tmp_path / "run"
@@ -222,8 +220,7 @@ def test_workers_drain_a_failing_replica(cluster: str, tmp_path: Path) -> None:
 def test_an_error_every_record_would_hit_stops_the_run(
     cluster: str, tmp_path: Path, config: SimConfig, status: int, words: str
 ) -> None:
-    """A 401 or an unknown model met on a worker stops the run with a single process's exit
-    status, fails no record, and never shows the key."""
+    """A 401 or an unknown model on a worker stops the run as in one process, failing none."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(20))
     with Simulator(config) as sim:
         summary = run(
@@ -269,8 +266,7 @@ def refine(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[st
 
 
 def test_killed_driver_resumes_with_the_same_command(cluster: str, tmp_path: Path) -> None:
-    """SIGKILL the driver (joined to a cluster with --ray-address), run the same command again:
-    every record done once, only calls in flight at the kill made twice."""
+    """A SIGKILLed driver (--ray-address) resumes with the same command, repeating few calls."""
     n, workers, concurrency = 40, 2, 4
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(n))
     run_dir = tmp_path / "run"

@@ -81,8 +81,7 @@ async def test_nothing_held_anywhere_and_no_fit_is_refused() -> None:
 
 
 async def test_a_dead_workers_reservations_count_at_their_worst_case() -> None:
-    """Calls in flight on a worker that died may have been paid: the cap counts them in full;
-    a reservation still waiting for money is never answered to the next process."""
+    """A dead worker's calls in flight count in full; its waiting reservation goes unanswered."""
     budget = Budget(30.0, PRICES)
     async with anyio.create_task_group() as tg:
         s = Spawner(tg)

@@ -54,8 +54,7 @@ def test_pick(loads: list[int], down: tuple[float | None, ...], expected: str) -
 
 @pytest.mark.anyio
 async def test_a_drained_endpoint_is_probed_every_few_seconds_only() -> None:
-    """A failing endpoint gets one probe each PROBE_EVERY_S, none while one is in flight; the
-    healthy ones carry the rest."""
+    """A failing endpoint gets one probe each PROBE_EVERY_S, none while one is in flight."""
     clock = FakeClock(10.0)
     eps = replicas(clock, [0, 4], down=(5.0,))
     assert eps.pick().url == "e0"  # the first probe
@@ -89,8 +88,7 @@ def settings(*urls: str, **kw: Any) -> Settings:
 
 
 def test_a_failing_replica_is_drained_and_the_run_finishes_on_the_other(tmp_path: Path) -> None:
-    """One replica answering 503s: every record is done, served by the other, while the failing
-    one gets only the requests that opened its breaker and then a probe now and then."""
+    """With one replica answering 503s, the other serves every record; the first only probes."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(40))
     with (
         Simulator(SimConfig(latency_s=0.02, outages=((0.0, 1e6),))) as down,

@@ -188,8 +188,7 @@ def test_merge_refuses_shards_that_do_not_make_one_run(
     words: str,
     partial_ok: bool,
 ) -> None:
-    """Overlapping, mismatched, missing or unfinished shards are refused with the reason;
-    --partial lets only missing and unfinished ones through."""
+    """Bad shard sets are refused with the reason; --partial admits missing and unfinished."""
     out, dirs = refuse(shard_runs, tmp_path, case)
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
         merge(out, dirs)
