@@ -24,7 +24,9 @@ The layout, one concept per module (data flows top to bottom)::
     tally        what a run has used: records, calls, tokens, dollars
     progress     the progress bar / log lines
     shards       --shard I/N
+    merge        `refine merge`: the shards' run directories as one run
     runner       pipeline.run / arun / resume: a Session driven by the pool (real time)
+    cluster      --workers N: the Ray driver and worker actors, one rate limit and budget
     batch        --batch: the same Session driven through /v1/batches in rounds; its ledger;
                  `refine cancel`
     status       `refine status`

@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
 from .errors import BudgetReached
 from .prices import PriceBook
 
-__all__ = ["PROMPT_MARGIN", "Budget", "Reservation"]
+__all__ = ["PROMPT_MARGIN", "Budget", "Reservation", "Spending"]
 
 # The prompt estimate is characters / 4; code and non-English text can run to about
 # 3 characters a token, so the worst case counts a third more.
@@ -36,6 +37,20 @@ class Reservation:
     model: str
     amount: float
     batch: bool = False
+
+
+class Spending(Protocol):
+    """What the client asks of a budget: a ``Budget`` here, or the driver's on a Ray worker."""
+
+    async def reserve(
+        self, model: str, prompt_estimate: int, max_tokens: int, *, batch: bool = False
+    ) -> Reservation | None:
+        """Hold one request's worst case; BudgetReached when it cannot be held."""
+        ...
+
+    def settle(self, reservation: Reservation | None, usage: Mapping[str, int] | None) -> None:
+        """Replace a reservation by what the call really cost."""
+        ...
 
 
 class Budget:

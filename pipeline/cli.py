@@ -14,6 +14,7 @@ import anyio
 import orjson
 
 from . import estimate as estimate_mod
+from . import merge as merge_mod
 from . import status as status_mod
 from .errors import AuthError, ConfigError, RefineError, StoreError
 from .export import export
@@ -223,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=_positive_int,
         metavar="N",
-        help="run on Ray with N worker actors (needs refine[ray])",
+        help="run on Ray with N worker actors, each with --concurrency records in flight "
+        "(needs refine[ray])",
     )
     p.add_argument(
         "--ray-address", metavar="ADDR", help="join this Ray cluster (default $RAY_ADDRESS)"
@@ -294,6 +296,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="cancel the run's Batch API batches in flight (its records stay resumable)",
     )
     p.add_argument("run_dir", type=Path)
+
+    p = sub.add_parser(
+        "merge",
+        help="combine the run directories of --shard runs into one",
+        description="Combine the run directories of the --shard I/N runs of one run into "
+        "OUT_DIR (new or empty): outputs, traces, errors and journals, with a manifest of "
+        "the whole run. Refuses shards of different runs, overlapping shards, and missing "
+        "or unfinished ones (unless --partial). Exits 0 when every record is done, 1 when "
+        "some failed or input lines were unreadable, 2 when it refuses.",
+    )
+    p.add_argument("out_dir", type=Path, metavar="OUT_DIR")
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="merge missing or unfinished shards' work as it is; `refine resume OUT_DIR` "
+        "then runs the rest",
+    )
 
     sub.add_parser("jobs", help="list built-in jobs and their input fields")
 
@@ -465,6 +485,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    summary = merge_mod.merge(args.out_dir, args.run_dirs, partial=args.partial)
+    _Console.print(merge_mod.describe(summary))
+    return summary.exit_code
+
+
 def _cmd_jobs(_: argparse.Namespace) -> int:
     for name, path in builtin_jobs().items():
         job = load_job(str(path))
@@ -486,6 +512,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "estimate": _cmd_estimate,
     "cancel": _cmd_cancel,
     "export": _cmd_export,
+    "merge": _cmd_merge,
 }
 
 

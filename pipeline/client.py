@@ -21,12 +21,12 @@ import httpx2
 import openai
 import orjson
 
-from .budget import Budget, Reservation
+from .budget import Reservation, Spending
 from .calls import Completion, Try
 from .endpoints import Endpoint, Endpoints
 from .errors import AuthError, CallError, FatalCallError, UnavailableError
 from .formats import FormatLadder
-from .limits import Limiter, estimate_tokens
+from .limits import RateLimiter, estimate_tokens
 from .outage import FIRST_CONTACT_S, MAX_OUTAGE_S, OUTAGE_AFTER, Outage
 from .retry import BACKOFF_BASE_S, classify_status, decide, retry_after, server_fault
 
@@ -64,13 +64,13 @@ class OpenAIClient:
         api_key: str | None,
         timeout: float,
         max_retries: int,
-        limiter: Limiter,
+        limiter: RateLimiter,
         concurrency: int = 64,
         structured: str = "json_schema",
         max_in_flight: int | None = None,
         backoff_base: float = BACKOFF_BASE_S,
         max_outage: float = MAX_OUTAGE_S,
-        budget: Budget | None = None,
+        budget: Spending | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

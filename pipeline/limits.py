@@ -20,10 +20,18 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
-__all__ = ["Limiter", "Pace", "estimate_tokens", "parse_duration"]
+__all__ = [
+    "Booking",
+    "Limiter",
+    "Pace",
+    "RateLimiter",
+    "estimate_tokens",
+    "parse_duration",
+]
 
 # No burst at all: requests go strictly 1/rate apart from the first one. A server
 # may count per second in a token bucket (capacity limit/60), a sliding window or
@@ -111,6 +119,28 @@ class Booking:
 
     prompt_estimate: int
     cost: int
+
+
+class RateLimiter(Protocol):
+    """What the client asks of its pacer: a ``Limiter`` here, or a cluster-wide one on Ray."""
+
+    rate_limited: int  # 429s seen
+
+    async def acquire(self, prompt_estimate: int, max_tokens: int) -> Booking:
+        """Wait until one request of this size may be sent."""
+        ...
+
+    def settle(self, booking: Booking, prompt_tokens: int | None) -> None:
+        """Correct the token budget with the prompt tokens the server really counted."""
+        ...
+
+    def observe(self, headers: Mapping[str, str]) -> None:
+        """Take note of the rate-limit headers of an answer."""
+        ...
+
+    def on_rate_limited(self, retry_after: float | None) -> None:
+        """A 429 arrived."""
+        ...
 
 
 class Limiter:

@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import ObjectSendStream
 
-from .budget import Budget
+from .budget import Budget, Spending
 from .calls import ModelClient, Outcome, Step
 from .client import OpenAIClient
 from .errors import (
@@ -37,7 +37,7 @@ from .errors import (
 )
 from .inputs import check_input
 from .jobs import Job, load_job
-from .limits import Limiter
+from .limits import Limiter, RateLimiter
 from .loop import Policy, refine_record
 from .manifest import InputInfo, JobInfo, Manifest, clean_url, refuse_different
 from .outputs import Outputs
@@ -162,10 +162,12 @@ def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | Non
 class Models:
     """The run's model clients: the generator's and, when it is another model, the critic's.
 
-    With ``--batch`` the calls go through ``batch`` (the Batch API endpoints) instead.
+    With ``--batch`` the calls go through ``batch`` (the Batch API endpoints) instead; on
+    Ray (``--workers``) each worker opens its own clients from ``plan``, and their figures
+    arrive in ``remote``.
     """
 
-    __slots__ = ("batch", "critic", "generator", "owned")
+    __slots__ = ("batch", "critic", "generator", "owned", "plan", "remote")
 
     def __init__(
         self,
@@ -178,10 +180,13 @@ class Models:
         self.critic = critic
         self.owned = owned  # the clients this run opened (and closes)
         self.batch = batch  # closed with the others
+        self.plan: ClientPlan | None = None
+        self.remote = (0, 0, 0)  # calls, retries and 429s of clients in other processes (Ray)
 
     def stats(self) -> tuple[int, int, int]:
-        """Calls, retries and 429s of the clients this run opened (batch lines count as calls)."""
-        calls, retries, limited = self.batch.stats() if self.batch is not None else (0, 0, 0)
+        """Calls, retries and 429s of the clients this run opened (batch lines count as calls),
+        here and on Ray workers."""
+        calls, retries, limited = self.batch.stats() if self.batch is not None else self.remote
         return (
             calls + sum(c.calls for c in self.owned),
             retries + sum(c.retries for c in self.owned),
@@ -207,6 +212,15 @@ class _Endpoint:
     structured: str
     slots: int | None  # requests the server computes at once (a local server), else None
     provenance: dict[str, Any] | None = None  # a local model's file, SHA-256 and origin
+
+
+@dataclass(frozen=True, slots=True)
+class ClientPlan:
+    """How to open the run's clients in another process (a Ray worker)."""
+
+    generator: _Endpoint
+    critic: _Endpoint | None
+    api_key: str | None = field(repr=False)  # travels by call argument, never in a repr or log
 
 
 class Session:
@@ -247,6 +261,7 @@ class Session:
         self.budget.unknown = used.cost_usd is None
         self.counters = Counters(already=len(self.outputs.finished))
         self.progress = Progress(self.counters, enabled=show_progress)
+        self.live: dict[str, Any] = {}  # a driver's own live figures for progress.json
         self._lines_seen = 0
 
     def _reopen_failed(self) -> set[str]:
@@ -333,7 +348,9 @@ class Session:
         c.calls, c.retries, c.rate_limited = models.stats()
         c.spent_usd = self.budget.total()
         self.progress.tick()
-        self.rd.write_progress({"pid": os.getpid(), "state": "running", **c.snapshot()})
+        self.rd.write_progress(
+            {"pid": os.getpid(), "state": "running", **c.snapshot(), **self.live}
+        )
 
     async def supervise(
         self, models: Models, scope: anyio.CancelScope, install_signal_handlers: bool
@@ -367,7 +384,7 @@ class Session:
         failed = self.outputs.outputs.counts.get("failed", 0)
         bad = len(self.outputs.errors.keys)
         state, code, message = conclude(self.stop, failed, bad)
-        self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot()})
+        self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot(), **self.live})
         return RunSummary(self.rd.path, c, code, state, message)
 
 
@@ -428,7 +445,9 @@ def _driver(settings: Settings) -> Driver:
         check_settings(settings)
         return run_batches
     if settings.workers is not None:
-        raise ConfigError("--workers is not available in this version")
+        from .cluster import ray_driver  # Ray is an optional extra
+
+        return ray_driver()
     return run_realtime
 
 
@@ -519,7 +538,11 @@ async def _endpoints(
 
 
 def _open_client(
-    endpoint: _Endpoint, settings: Settings, api_key: str | None, budget: Budget
+    endpoint: _Endpoint,
+    settings: Settings,
+    api_key: str | None,
+    budget: Spending,
+    limiter: RateLimiter | None = None,
 ) -> OpenAIClient:
     return OpenAIClient(
         model=endpoint.model,
@@ -527,7 +550,7 @@ def _open_client(
         api_key=api_key,
         timeout=settings.timeout or 0.0,
         max_retries=settings.max_retries,
-        limiter=Limiter(settings.rpm, settings.tpm),
+        limiter=limiter or Limiter(settings.rpm, settings.tpm),
         concurrency=settings.concurrency,
         structured=endpoint.structured,
         max_in_flight=endpoint.slots,
@@ -616,6 +639,8 @@ async def arun(
                 )
             if settings.budget is not None:
                 _check_budget(prices, generator, critic_side)
+            if settings.workers is not None and (client is not None or critic is not None):
+                raise ConfigError("--workers opens its clients on the Ray workers: give no client")
             old = rd.read_manifest()
             # A Parquet input's fingerprint hashes the whole file: only a new run takes it
             # (a continued run keeps its own, checked by same_input below).
@@ -646,6 +671,8 @@ async def arun(
             models = Models(gen_client, critic_client, tuple(owned))
             if settings.batch:
                 models.batch = batch or _batch_clients(settings, api_key, generator, critic_side)
+            if settings.workers is not None:
+                models.plan = ClientPlan(generator, critic_side, api_key)
             try:
                 summary = await _execute(session, models, driver, install_signal_handlers)
             finally:

@@ -113,6 +113,12 @@ def resolve(settings: Settings, job_max_iters: int) -> Settings:
         problems.append("--workers must be >= 1")
     if settings.workers is not None and settings.batch:
         problems.append("--workers and --batch do not go together (batches need no workers)")
+    if settings.workers is not None and (settings.local or settings.critic_is_local):
+        problems.append(
+            "--workers does not go with the embedded local model (one llama.cpp server gains "
+            "nothing from more client processes); serve the model with several servers and "
+            "give --base-url for each"
+        )
     if settings.shard is not None:
         i, n = settings.shard
         if not 0 <= i < n:

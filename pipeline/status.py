@@ -123,4 +123,15 @@ def render(info: dict[str, Any]) -> str:
             f"{live.get('calls_per_s', 0)} calls/s, {live.get('retries', 0)} retries, "
             f"{live.get('rate_limited', 0)} rate-limited"
         )
+        workers = live.get("workers") or ()
+        if workers:
+            lines.append(
+                "workers:  "
+                + ", ".join(
+                    f"{w['worker']}: pid {w['pid']} on {w['node']}, {w['records']} records"
+                    + (f", {w['restarts']} restarts" if w["restarts"] else "")
+                    + ("" if w["alive"] else " (given up)")
+                    for w in workers
+                )
+            )
     return "\n".join(lines)
