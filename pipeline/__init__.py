@@ -2,6 +2,7 @@
 
 The layout, one concept per module (data flows top to bottom)::
 
+    inputs       input formats, streamed: JSONL (gzip, bzip2, xz, zstd), Parquet, CSV
     records      reading input into records; bad lines become errors
     jobs         job files: prompts, feedback schema, stop rule, hooks
     settings     how a run proceeds (flags), and the values in force
@@ -9,6 +10,7 @@ The layout, one concept per module (data flows top to bottom)::
     rundir       the run directory's files, lock and progress snapshot
     calls        the record of a call: Completion, Step, Outcome, the ModelClient protocol
     loop         Self-Refine for one record: plan, the next call, the step it makes
+    answers      the artifact in an answer: code, its tests, one sentence
     feedback     tolerant parsing of the critic's JSON, and rendering it for prompts
     pool         up to --concurrency records in flight
     client       one OpenAI-compatible call, composed of:
@@ -19,6 +21,7 @@ The layout, one concept per module (data flows top to bottom)::
       limits       request and token pacing (GCRA)
       budget       the spending cap (reserve, then settle)
     prices       dollars per million tokens by model
+    estimate     `refine estimate`: calls, tokens and dollars before a run
     store        the checkpoint journal (source of truth for resume)
     outputs      outputs.jsonl, traces.jsonl, errors.jsonl
     tally        what a run has used: records, calls, tokens, dollars
@@ -31,6 +34,7 @@ The layout, one concept per module (data flows top to bottom)::
                  `refine cancel`
     status       `refine status`
     report       `refine report` (Markdown, HTML)
+    export       `refine export`: outputs (and input columns) as Parquet, CSV or JSONL
     sandbox      running programs in an isolated interpreter
     local        the embedded llama.cpp model (optional extra)
     cli          the command line: parses arguments and calls the above

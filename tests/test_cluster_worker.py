@@ -111,7 +111,7 @@ def test_an_absolute_hooks_path_is_refused(tmp_path: Path) -> None:
 def test_a_job_that_loads_differently_is_refused(tmp_path: Path) -> None:
     """Files whose content does not hash to the run's job are refused on the worker."""
     files = JobFiles.of(load_job("code-improve"))
-    forged = JobFiles(files.name, files.toml + b"\n# changed\n", None, files.content_hash)
+    forged = JobFiles(files.name, files.toml + b"\n# changed\n", files.hooks, files.content_hash)
     with pytest.raises(ConfigError, match="differs"):
         forged.load(tmp_path)
 
