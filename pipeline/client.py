@@ -73,8 +73,10 @@ class OpenAIClient:
         budget: Spending | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        request_model: str | None = None,
     ) -> None:
-        self._model = model
+        self._model = model  # the name traces, prices and the budget know it by
+        self._request_model = request_model or model  # the name the server knows it by
         self.timeout = timeout
         self.max_retries = max_retries
         self.limiter = limiter
@@ -114,7 +116,7 @@ class OpenAIClient:
 
     @property
     def model(self) -> str:
-        """The model this client calls."""
+        """The model this client calls, as the run records it (``local:NAME``: embedded)."""
         return self._model
 
     @property
@@ -304,7 +306,7 @@ class OpenAIClient:
                 raw = await endpoint.conn.post(
                     "/chat/completions",
                     cast_to=httpx2.Response,
-                    content=orjson.dumps({"model": self._model, "messages": sent, **body}),
+                    content=orjson.dumps({"model": self._request_model, "messages": sent, **body}),
                     options={"headers": {"Content-Type": "application/json"}},
                 )
                 await raw.aread()

@@ -545,7 +545,8 @@ def _open_client(
     limiter: RateLimiter | None = None,
 ) -> OpenAIClient:
     return OpenAIClient(
-        model=endpoint.model,
+        model=endpoint.model_id,
+        request_model=endpoint.model,
         base_url=endpoint.urls or None,
         api_key=api_key,
         timeout=settings.timeout or 0.0,

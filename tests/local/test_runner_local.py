@@ -84,3 +84,28 @@ async def test_local_run_records_slots_structured_level_and_provenance(
     }
     log = (tmp_path / "run" / "llama-server.log").read_text()
     assert "--parallel 2" in log
+
+
+@pytest.mark.anyio
+async def test_embedded_model_is_recorded_and_priced_as_local() -> None:
+    """The server gets its own model name; traces, prices and the budget see ``local:NAME``."""
+    from pipeline.budget import Budget
+    from pipeline.prices import PriceBook
+    from pipeline.runner import _Endpoint, _open_client
+    from pipeline.settings import resolve
+    from pipeline.testing.simulator import SimConfig, Simulator
+
+    with Simulator(SimConfig(models=("tiny",))) as sim:
+        endpoint = _Endpoint("tiny", "local:tiny", (sim.url,), "json_schema", 1)
+        budget = Budget(None, PriceBook())
+        client = _open_client(endpoint, resolve(Settings(), 1), None, budget)
+        try:
+            comp = await client.complete(
+                [{"role": "user", "content": "hi"}], schema=None, temperature=0.0, max_tokens=16
+            )
+        finally:
+            await client.aclose()
+        sent = [r.body["model"] for r in sim.requests]
+    assert sent and set(sent) == {"tiny"}
+    assert comp.model == "local:tiny"
+    assert budget.total() == 0.0  # the embedded model costs nothing, not an unknown price
