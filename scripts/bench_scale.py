@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from bench_throughput import records, simulator  # noqa: E402  (this folder)
 
 from pipeline import Settings, arun  # noqa: E402
+from pipeline.testing import traced_answers  # noqa: E402
 
 
 def requests(log: Path) -> list[dict[str, Any]]:
@@ -138,16 +139,8 @@ async def killed_worker(tmp: Path, n: int, rpm: float, concurrency: int) -> str:
             )
     reqs = requests(log)
     outs = [orjson.loads(x) for x in (run_dir / "outputs.jsonl").read_bytes().splitlines()]
-    # Calls made again: answers the server gave that no trace holds (a loop may also ask
-    # the same thing again on purpose, an answer that copied the previous one: that is a
-    # step of its trace, not a repeat).
-    traced = sum(
-        1
-        for line in (run_dir / "traces.jsonl").read_bytes().splitlines()
-        for step in orjson.loads(line)["steps"]
-        if step.get("response") is not None
-    )
-    twice = sum(1 for r in reqs if r["completed"]) - traced
+    # Calls made again: answers the server gave that no trace holds.
+    twice = sum(r["status"] == 200 for r in reqs) - traced_answers(run_dir)
     done = sum(o["status"] == "done" for o in outs)
     return (
         f"{n} records, --workers 2, {rpm:g} RPM enforced per second, one worker SIGKILLed a "

@@ -155,3 +155,17 @@ def test_closed_stdout_prints_no_traceback(tmp_path: Path, command: str) -> None
     stderr = proc.stderr.decode()
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
     assert proc.returncode == 0
+
+
+def test_every_answered_call_is_a_traced_step(tmp_path: Path) -> None:
+    """A run that was never killed keeps each answer the server gave: re-asks, cut-off ones."""
+    from pipeline.testing import traced_answers
+
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))
+    with Simulator(SimConfig(p_done=0.2, p_length=0.1, faults_seed=5)) as sim:
+        settings = Settings(model="gpt-4o-mini", base_url=sim.url, max_iters=2, concurrency=8)
+        run("code-improve", inp, tmp_path / "run", settings, api_key="k", show_progress=False)
+        answered = sum(r.status == 200 for r in sim.requests)
+        cut_off = sum(r.outcome == "length" for r in sim.requests)
+    assert answered > 30 and cut_off > 0  # cut-off answers are answers too
+    assert traced_answers(tmp_path / "run") == answered

@@ -19,6 +19,7 @@ import pytest
 
 from pipeline import Settings, arun, run, run_status
 from pipeline.runner import EXIT
+from pipeline.testing import traced_answers
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
@@ -54,19 +55,8 @@ def settings(url: str | tuple[str, ...], **kw: Any) -> Settings:
 
 
 def lost_calls(sim: Simulator, run_dir: Path) -> int:
-    """Answers the server gave that no trace holds: calls made again after a crash.
-
-    Identical requests are no measure: a loop may ask again on purpose (an answer that
-    copied the previous one), and each of those answers is a step in the trace.
-    """
-    answered = len(sim.completed_bodies())
-    traced = sum(
-        1
-        for line in read_jsonl(run_dir / "traces.jsonl")
-        for s in line["steps"]
-        if s.get("response") is not None
-    )
-    return answered - traced
+    """Answers the server gave that no trace holds: calls made again after a crash."""
+    return sum(r.status == 200 for r in sim.requests) - traced_answers(run_dir)
 
 
 def refused_share(sim: Simulator) -> float:
