@@ -73,7 +73,8 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
     tests_problem = syntax_problem(answers.split(output)[1])
     if units and tests_problem is not None:
         found.append(f"Fix the syntax error in the tests at {_located(output, tests_problem)}.")
-        return found
+        if syntax_problem(units[0]) is not None:
+            return found  # nothing before the error parses: no test can run
     if not units:
         found.append(
             "Add tests: a second ```python block of assert statements that call the code "
@@ -85,11 +86,12 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         found.append(f"The code fails before any test runs: {run.error}.")
         return found
     failures = [(u, r) for u, r in zip(units, run.results, strict=True) if r is not None]
-    for _, why in failures[:SHOWN_FAILURES]:
+    found += [f"Failing test {why}." for _, why in failures[:SHOWN_FAILURES]]
+    if failures:
+        more = len(failures) - SHOWN_FAILURES
         found.append(
-            f"Failing test {why}. Fix the code so that it does what the request asks; if "
-            "the test itself expects a wrong value, correct the test."
+            (f"{more} more {'tests fail' if more > 1 else 'test fails'}. " if more > 0 else "")
+            + "Fix the code so that it does what the request asks; where a test expects a "
+            "wrong value, correct the test instead."
         )
-    if len(failures) > SHOWN_FAILURES:
-        found.append(f"{len(failures) - SHOWN_FAILURES} more tests fail.")
     return found

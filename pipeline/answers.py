@@ -17,6 +17,7 @@ import ast
 import io
 import re
 import sys
+import textwrap
 import tokenize
 from collections.abc import Iterable, Sequence
 
@@ -300,16 +301,99 @@ def extract(text: str, mode: str) -> str:
     return extract_text(text)
 
 
+def _unrollable(node: ast.stmt) -> bool:
+    """A test function whose body can run at the top level, one statement at a time.
+
+    No parameters, decorators, returns, yields, scope statements or nested definitions,
+    and at least one test statement of its own (an assert, or a loop or ``try`` holding
+    one): ``def test_all(): assert a; assert b`` is several tests written as one, and
+    counted as one a wrong assert would hide the rest.
+    """
+    if not isinstance(node, ast.FunctionDef) or not _is_test(node) or node.decorator_list:
+        return False
+    a = node.args
+    if a.posonlyargs or a.args or a.vararg or a.kwonlyargs or a.kwarg:
+        return False
+    scoped = (ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal, ast.Await)
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    for inner in node.body:
+        if any(isinstance(n, scoped + nested) for n in ast.walk(inner)):
+            return False
+    return any(_is_test(n) for n in node.body)
+
+
+def _calls_only(node: ast.stmt, names: set[str]) -> bool:
+    """A call of one of ``names`` without arguments, or ``if __name__ == ...:`` of only such."""
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        call = node.value
+        return isinstance(call.func, ast.Name) and call.func.id in names and not call.args
+    if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and not node.orelse:
+        return all(_calls_only(n, names) or _is_print(n) for n in node.body)
+    return False
+
+
+def _is_print(node: ast.stmt) -> bool:
+    call = node.value if isinstance(node, ast.Expr) else None
+    return isinstance(call, ast.Call) and getattr(call.func, "id", "") == "print"
+
+
+def _unrolled(tests: str, tree: ast.Module) -> str:
+    """``tests`` with each unrollable test function replaced by its body, dedented, and the
+    calls of those functions dropped; unchanged when there is none or the result does
+    not parse."""
+    lines = tests.splitlines(keepends=True)
+    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef) and _unrollable(n)}
+    if not names:
+        return tests
+    out: list[str] = []
+    for node, text in _segments(tests, tree):
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            body = node.body
+            if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]  # the docstring
+            start = body[0].lineno - 1 if body else node.end_lineno or node.lineno
+            head = text[: len(text) - len("".join(lines[node.lineno - 1 : node.end_lineno]))]
+            inner = "".join(lines[start : node.end_lineno])
+            out.append(head + textwrap.dedent(inner))
+        elif _calls_only(node, names):
+            continue
+        else:
+            out.append(text)
+    result = "".join(out)
+    return result if _parse(result) is not None else tests
+
+
+def _parsable_prefix(tests: str) -> str | None:
+    """The longest run of whole first lines of ``tests`` that parses (an answer cut off at
+    max_tokens ends inside a statement), or None."""
+    lines = tests.splitlines(keepends=True)
+    for end in range(len(lines) - 1, 0, -1):
+        prefix = "".join(lines[:end])
+        if prefix.strip() and _parse(prefix) is not None:
+            return prefix
+    return None
+
+
 def split_tests(tests: str) -> list[str]:
     """The tests as separately runnable pieces: one per top-level statement.
 
-    Statements that are not tests themselves (setting up data, helpers, a test function
-    the tests call later) stay with the test after them. A test function nobody calls
-    is called. Tests that do not parse are one piece.
+    A test function of plain statements is unrolled first, so each of its asserts is a
+    test of its own (and a failed ``assert a == b`` can say what ``a`` was). Statements
+    that are not tests themselves (setting up data, helpers, a test function the tests
+    call later) stay with the test after them. A test function nobody calls is called.
+    A repeated test counts once. Tests that do not parse are cut after their last line
+    that does (a cut-off answer); when no first lines parse they are one piece.
     """
     tree = _parse(tests)
     if tree is None:
-        return [tests] if tests.strip() else []
+        prefix = _parsable_prefix(tests)
+        if prefix is None:
+            return [tests] if tests.strip() else []
+        tests, tree = prefix, _parse(prefix)
+        assert tree is not None
+    tests = _unrolled(tests, tree)
+    tree = _parse(tests)
+    assert tree is not None  # _unrolled returns source that parses
     called = {
         n.func.id
         for n in ast.walk(tree)
@@ -333,7 +417,14 @@ def split_tests(tests: str) -> list[str]:
         units[-1] += "\n" + pending.strip("\n")
     elif pending.strip():
         units.append(pending.strip("\n"))
-    return units
+    seen: set[str] = set()
+    unique = []
+    for unit in units:
+        key = normalized(unit)
+        if key not in seen:
+            seen.add(key)
+            unique.append(unit)
+    return unique
 
 
 def normalized(unit: str) -> str:

@@ -11,11 +11,14 @@ A job is a TOML file::
     required = true             # default
     join = ", "                 # default: how a list of strings is rendered in prompts
 
-    [prompts]                   # {{name}} placeholders: input fields, output, feedback, history
+    [prompts]                   # {{name}} placeholders: input fields, output, feedback,
+                                # history, findings (the checks' findings alone, else the
+                                # critic's actions; "- " lines)
     system = "..."              # optional
     generate = "..."
     feedback = "..."
     refine = "..."              # must use {{history}}: the earlier (output, feedback) pairs
+    refine_copy = "..."         # optional: the copy guard's retry (see retry_copy below)
 
     [feedback]
     schema = { ... }            # JSON Schema of the feedback object (TOML table or JSON string)
@@ -46,7 +49,10 @@ A job is a TOML file::
                                 # step sees; while any remain, the critic's done is vetoed
 
     [stop] also takes retry_copy = true: a refinement identical to its input is tried
-    once more at copy_temperature (default 1.0) before the loop stops with no_change.
+    once more at copy_temperature (default 1.0) before the loop stops with no_change (with
+    extract = "code-with-tests", also the same code while its checks still fail); with
+    [prompts] refine_copy (same placeholders as refine) that retry asks it instead, for
+    example without the answer it copied.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ from .errors import JobError
 __all__ = ["FIELD_TYPES", "InputField", "Job", "builtin_jobs", "load_job", "render"]
 
 FIELD_TYPES = ("string", "string-list", "number", "integer", "boolean", "any")
-LOOP_VARIABLES = ("output", "feedback", "history")
+LOOP_VARIABLES = ("output", "feedback", "history", "findings")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _TOP_KEYS = (
     "description",
@@ -83,7 +89,7 @@ _TOP_KEYS = (
     "stop",
 )
 _TABLE_KEYS = {
-    "prompts": ("feedback", "generate", "refine", "system"),
+    "prompts": ("feedback", "generate", "refine", "refine_copy", "system"),
     "feedback": ("actions_field", "done_field", "schema", "score_field", "score_from"),
     "stop": ("copy_temperature", "max_iters", "retry_copy", "score_threshold"),
     "model": ("max_tokens", "temperature"),
@@ -148,6 +154,7 @@ class Job:
     checker: Checker | None = field(default=None, compare=False)
     retry_copy: bool = False
     copy_temperature: float = 1.0
+    copy_prompt: str | None = None  # the copy guard's retry asks this instead of refine
     score_from: tuple[str, ...] = ()  # rating fields whose sum replaces the critic's own score
 
     @property
@@ -314,6 +321,13 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
 
     retry_copy = r.get("stop.retry_copy", bool, False)
     copy_temperature = float(r.get("stop.copy_temperature", (int, float), 1.0))
+    copy_prompt = r.get("prompts.refine_copy", str, None)
+    if copy_prompt is not None:
+        _check_placeholders(
+            src, "prompts.refine_copy", copy_prompt, input_names | set(LOOP_VARIABLES)
+        )
+        if not retry_copy:
+            raise JobError(src, "prompts.refine_copy", "needs [stop] retry_copy = true")
 
     digest = hashlib.sha256(raw)
     hooks: dict[str, Any] = {"evaluate": None, "check": None}
@@ -350,6 +364,7 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         checker=hooks["check"],
         retry_copy=retry_copy,
         copy_temperature=copy_temperature,
+        copy_prompt=copy_prompt,
         score_from=score_from,
     )
 

@@ -107,6 +107,18 @@ def _feedback_on(steps: Sequence[Step], iteration: int) -> Step | None:
     )
 
 
+def _copied(job: Job, output: str, found: list[str] | None, before: Step) -> bool:
+    """Whether a refinement hands its input back: the same text or, for answers that carry
+    their tests, the same code while checks still find problems (tests reworded around
+    code that still fails them are no refinement of the code)."""
+    if _normalized(output) == _normalized(before.output):
+        return True
+    if job.extract != "code-with-tests" or not found or not before.checks:
+        return False
+    code = artifacts.split(output)[0]
+    return _normalized(code) == _normalized(artifacts.split(before.output or "")[0])
+
+
 def _reaches_the_end(text: str, output: str) -> bool:
     """Whether the artifact runs to the end of the answer (so a cut-off answer cut it too).
 
@@ -227,9 +239,10 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
     """The chosen iteration, its score and every iteration's score.
 
     An answer that fails a test an earlier answer passed is never chosen. Among the
-    rest, those that pass the job's checks (all of them when none does, or the job has
-    no checks) are candidates: the best-scored wins, ties going to the later one;
-    without scores, the last.
+    rest, those that pass the job's checks are candidates; when none does, those that
+    pass the most of their own tests (all of them for answers without tests, or when the
+    job has no checks): the best-scored wins, ties going to the later one; without
+    scores, the last.
     """
     answers = _answers(steps)
     if not answers:
@@ -239,7 +252,7 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
     broken = _breaks_passed_tests(answers)
     kept = [i for i in range(len(answers)) if i not in broken]  # never empty: 0 breaks nothing
     passing = [i for i in kept if answers[i].checks == []]
-    candidates = passing or kept
+    candidates = passing or _most_tests_passed(answers, kept)
     best: int | None = None
     for i in candidates:
         sc = scores[i]
@@ -248,6 +261,14 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
     if best is None:
         return answers[candidates[-1]].iteration, None, scores
     return answers[best].iteration, scores[best], scores
+
+
+def _most_tests_passed(answers: Sequence[Step], kept: Sequence[int]) -> list[int]:
+    """Of ``kept``, the answers passing the most of their own tests (a critic's score
+    is no evidence against a test that ran)."""
+    counts = {i: len(_passed_tests([answers[i]])) for i in kept}
+    most = max(counts.values())
+    return [i for i in kept if counts[i] == most]
 
 
 def summed_score(parsed: Mapping[str, Any], fields: Sequence[str]) -> float | None:
@@ -289,6 +310,15 @@ def feedback_text(job: Job, step: Step) -> str:
     lines = ["Problems found by running automatic checks on the answer (fix these first):"]
     lines += [f"- {text}" for text in checked]
     return critic + "\n\n" + "\n".join(lines)
+
+
+def findings_text(job: Job, step: Step) -> str:
+    """``{{findings}}``: what the checks found in the answer, one per line; without any,
+    the critic's actions."""
+    items = step.findings or findings(job, None, step.parsed)
+    checked = [f["text"] for f in items if f["source"] == "check"]
+    shown = checked or [f["text"] for f in items if f["source"] == "critic"]
+    return "\n".join(f"- {text}" for text in shown) if shown else "(none)"
 
 
 def findings(
@@ -333,7 +363,10 @@ def build_messages(
             assert fb is not None  # plan asks for a refinement only after its feedback
             values["feedback"] = feedback_text(job, fb)
             values["history"] = render_history(job, steps, base)
-            prompt = render(job.refine_prompt, values)
+            values["findings"] = findings_text(job, fb)
+            retrying_copy = bool(steps) and is_copy(steps[-1])
+            template = job.copy_prompt if retrying_copy and job.copy_prompt else job.refine_prompt
+            prompt = render(template, values)
     messages = []
     if job.system_prompt:
         messages.append({"role": "system", "content": render(job.system_prompt, values)})
@@ -454,21 +487,22 @@ async def make_step(
         # Tests an earlier answer passed stay with every later one, so a refinement that
         # breaks them is seen to (and, by choose, is never the chosen answer).
         output = artifacts.carry_tests(output, list(_passed_tests(answers).values()))
+    metrics, found = await _evaluate(job, record, output, checks)
+    if checks and comp.finish_reason == "length" and _reaches_the_end(comp.text, output):
+        found = [*(found or []), CUT_OFF]  # a verified problem: the refine step shortens it
     if (
         role == "refine"
         and job.retry_copy
         and answers
-        and _normalized(output) == _normalized(answers[-1].output)
+        and _copied(job, output, found, answers[-1])
         and not any(is_copy(s) and s.iteration == iteration for s in steps)
     ):
+        same = _normalized(output) == _normalized(answers[-1].output)
         error = {
             "type": COPY,
-            "message": f"identical to its input; retried once at temperature "
-            f"{job.copy_temperature:g}",
+            "message": f"{'identical to' if same else 'the same code as'} its input; retried "
+            f"once at temperature {job.copy_temperature:g}",
         }
-    metrics, found = await _evaluate(job, record, output, checks)
-    if checks and comp.finish_reason == "length" and _reaches_the_end(comp.text, output):
-        found = [*(found or []), CUT_OFF]  # a verified problem: the refine step shortens it
     return Step(
         role,
         iteration,

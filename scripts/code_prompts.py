@@ -9,13 +9,15 @@ variant and seed, to a local model:
                  check findings
   findings-only  the same prompt with only the check findings as its feedback
   focused        a short prompt: the request, the code and its tests, the findings
+  fresh          the request and the findings, without the code: write it again
 
 Every variant refines the same drafts, so the counts are paired. Prints how many
 refinements pass every hidden test of the suite (scripts/data/code-suite-hidden-tests.json,
 never shown to the model), how many drafts did, and how many answers came back unchanged.
 
 Usage: scripts/code_prompts.py RUN_DIR [--model qwen2.5-coder-0.5b] [--seeds 3]
-                               [--variants shipped,findings-only,focused]
+                               [--variants shipped,findings-only,focused,fresh]
+                               [--concurrency 4]
 """
 
 from __future__ import annotations
@@ -57,6 +59,19 @@ Reply with two ```python blocks and nothing else: the complete fixed code, then 
 the tests (correct a test only if its expected value is wrong).
 """
 
+FRESH = """Write Python code for this request:
+
+{{task}}
+
+An earlier attempt was checked by running its tests, which found:
+
+{{feedback}}
+
+Write a new, correct version; a test that expects a wrong value is corrected, not obeyed. \
+Reply with two ```python blocks and nothing else: the complete code, then its tests \
+(assert statements, one per behaviour).
+"""
+
 Case = tuple[Record, list[Step]]  # a record and its [generate, feedback] steps
 Variant = Callable[[Job, Record, list[Step]], list[dict[str, str]]]
 
@@ -84,10 +99,17 @@ def focused(job: Job, record: Record, steps: list[Step]) -> list[dict[str, str]]
     return [*messages[:-1], {"role": "user", "content": render(FOCUSED, values)}]
 
 
+def fresh(job: Job, record: Record, steps: list[Step]) -> list[dict[str, str]]:
+    values = {"task": str(record.fields["task"]), "feedback": _findings(steps)}
+    messages = build_messages(job, record, "refine", 1, steps)
+    return [*messages[:-1], {"role": "user", "content": render(FRESH, values)}]
+
+
 VARIANTS: dict[str, Variant] = {
     "shipped": shipped,
     "findings-only": findings_only,
     "focused": focused,
+    "fresh": fresh,
 }
 
 
@@ -122,7 +144,12 @@ def passes(code: str, tests: list[str]) -> bool:
 
 
 async def compare(
-    cases: Sequence[Case], job: Job, model_name: str, names: Sequence[str], seeds: int
+    cases: Sequence[Case],
+    job: Job,
+    model_name: str,
+    names: Sequence[str],
+    seeds: int,
+    concurrency: int,
 ) -> None:
     from openai import AsyncOpenAI
 
@@ -130,16 +157,19 @@ async def compare(
 
     hidden = orjson.loads(HIDDEN.read_bytes())
     model = await anyio.to_thread.run_sync(resolve_model, model_name)
-    async with LocalServer(model) as server:
+    async with LocalServer(model, parallel=concurrency) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="local", timeout=900)
         drafts = sum(passes(split(s[0].output or "")[0], hidden[r.id]) for r, s in cases)
         print(f"{len(cases)} drafts failing their checks, {drafts} pass the hidden tests")
         print("| variant | refinements passing the hidden tests | unchanged |\n|---|---|---|")
+        limit = anyio.Semaphore(concurrency)
         for name in names:
             started = time.monotonic()
             passing = unchanged = 0
-            for seed in range(seeds):
-                for record, steps in cases:
+
+            async def one(record: Record, steps: list[Step], seed: int, name: str = name) -> None:
+                nonlocal passing, unchanged
+                async with limit:
                     reply = await client.chat.completions.create(
                         model=server.model,
                         messages=VARIANTS[name](job, record, steps),  # type: ignore[arg-type]
@@ -147,11 +177,15 @@ async def compare(
                         max_tokens=job.max_tokens,
                         seed=seed,
                     )
-                    program = code_with_tests(reply.choices[0].message.content or "")
-                    passing += passes(split(program)[0], hidden[record.id])
-                    unchanged += (
-                        split(program)[0].split() == split(steps[0].output or "")[0].split()
-                    )
+                program = code_with_tests(reply.choices[0].message.content or "")
+                ok = await anyio.to_thread.run_sync(passes, split(program)[0], hidden[record.id])
+                passing += ok
+                unchanged += split(program)[0].split() == split(steps[0].output or "")[0].split()
+
+            async with anyio.create_task_group() as tg:
+                for seed in range(seeds):
+                    for record, steps in cases:
+                        tg.start_soon(one, record, steps, seed)
             total = len(cases) * seeds
             print(
                 f"| {name} | {passing}/{total} | {unchanged}/{total} |"
@@ -167,12 +201,15 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--concurrency", type=int, default=4, help="requests at once (slots)")
     args = parser.parse_args()
     job = load_job("code-improve")
     cases = load_cases(args.run_dir, job)
     if not cases:
         sys.exit(f"{args.run_dir}: no code-improve drafts with check findings")
-    anyio.run(compare, cases, job, args.model, args.variants.split(","), args.seeds)
+    anyio.run(
+        compare, cases, job, args.model, args.variants.split(","), args.seeds, args.concurrency
+    )
 
 
 if __name__ == "__main__":

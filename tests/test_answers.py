@@ -147,18 +147,33 @@ def test_join_and_split_round_trip() -> None:
             "data = [3, 1]\nassert sorted(data) == [1, 3]",
             ["data = [3, 1]\nassert sorted(data) == [1, 3]"],
         ),
-        ("def test_a():\n    assert f()\n", ["def test_a():\n    assert f()\ntest_a()"]),
+        ("def test_a(x):\n    assert f(x)\n", ["def test_a(x):\n    assert f(x)\ntest_a()"]),
+        ("def test_a():\n    return f()\n", ["def test_a():\n    return f()\ntest_a()"]),
         (
-            "def test_a():\n    assert f()\n\ntest_a()",
-            ["def test_a():\n    assert f()\n\ntest_a()"],
+            "def test_a():\n    assert f()\n\ntest_a()",  # a test function of asserts: unrolled
+            ["assert f()"],
         ),
+        (
+            'def test_a():\n    """Doc."""\n    assert f(1) == 1, "one"\n    x = 2\n'
+            "    assert f(x) == 2\n    try:\n        f(-1)\n        assert False\n"
+            '    except ValueError:\n        pass\n    print("done")\n\n'
+            'if __name__ == "__main__":\n    test_a()\n    print("all passed")\n',
+            [
+                'assert f(1) == 1, "one"',
+                "x = 2\nassert f(x) == 2",
+                'try:\n    f(-1)\n    assert False\nexcept ValueError:\n    pass\nprint("done")',
+            ],
+        ),
+        ("assert f(1)\nassert f(1)  # again\nassert f(2)", ["assert f(1)", "assert f(2)"]),
+        ("assert f(1)\nassert f([1, 2", ["assert f(1)"]),  # cut off: the lines that parse
         ("for x in [1, 2]:\n    assert x", ["for x in [1, 2]:\n    assert x"]),
         ("assert f(\n", ["assert f(\n"]),
         ("", []),
     ],
 )
 def test_split_tests(tests: str, units: list[str]) -> None:
-    """Each test runs on its own, with the setup lines before it; test functions get called."""
+    """Each test runs on its own, with the setup lines before it; test functions get called,
+    or unrolled into their asserts; repeats count once; a cut-off end is dropped."""
     assert split_tests(tests) == units
 
 

@@ -23,8 +23,8 @@ def must_mention_total(fields: Mapping[str, Any], output: str) -> list[str]:
     return [] if "total" in output else ["Name the accumulator `total` (line 2)."]
 
 
-BASE = dataclasses.replace(  # without its own hooks and tests
-    load_job("code-improve"), checker=None, evaluator=None, extract="code"
+BASE = dataclasses.replace(  # without its own hooks, tests and copy guard
+    load_job("code-improve"), checker=None, evaluator=None, extract="code", retry_copy=False
 )
 CHECKED = dataclasses.replace(BASE, checker=must_mention_total, score_threshold=None)
 
@@ -245,7 +245,7 @@ SUB = "def add(a, b):\n    return a - b"
 async def test_refinement_that_breaks_passing_tests_is_never_chosen() -> None:
     """A refinement failing a test the draft passed gets it back, is told so, and is not chosen,
     however well the critic scores it."""
-    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None)
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
     outcome, client = await loop(
         job,
         [
@@ -366,3 +366,67 @@ async def test_text_answers_lose_their_preamble_and_notes_are_findings() -> None
     assert first.checks is not None and first.checks[0].startswith("Remove the note")
     assert (outcome.output, outcome.stop_reason) == ("A dog runs in the park.", "done")
     assert outcome.output_line()["metrics"]["one_sentence"] is True
+
+
+@pytest.mark.anyio
+async def test_same_code_around_failing_tests_is_a_copy() -> None:
+    """code-improve: a refinement that keeps the failing code and rewords its tests is
+    retried at copy_temperature; one that corrects a wrong test (now passing) is not."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None)
+    outcome, client = await loop(
+        job,
+        [
+            answer(SUB, "assert add(1, 2) == 3"),
+            critic(done=False),
+            answer(SUB, "assert add(1, 2) == 3, 'sum'\nassert add(2, 2) == 4"),  # a copy
+            answer(ADD, "assert add(1, 2) == 3"),
+            critic(done=True),
+        ],
+    )
+    assert [c[1] for c in client.calls] == [0.7, 0.7, 0.7, 1.0, 0.7]
+    # the retry asks [prompts] refine_copy: the findings, without the code it copied
+    retry = client.calls[3][0][-1]["content"]
+    assert "- Failing test `assert add(1, 2) == 3`: AssertionError (add(1, 2) is -1)." in retry
+    assert "return a - b" not in retry and "return a - b" in client.calls[2][0][-1]["content"]
+    copy = outcome.steps[2]
+    assert copy.error == {
+        "type": "copy",
+        "message": "the same code as its input; retried once at temperature 1",
+    }
+    assert outcome.stop_reason == "done" and outcome.output == ADD
+
+    corrected, client = await loop(
+        job,
+        [
+            answer(ADD, "assert add(1, 2) == 4"),  # the test is wrong, not the code
+            critic(done=False),
+            answer(ADD, "assert add(1, 2) == 3"),
+            critic(done=True),
+        ],
+    )
+    assert [c[1] for c in client.calls] == [0.7, 0.7, 0.7, 0.7]
+    assert not any(s.error for s in corrected.steps)
+    assert corrected.stop_reason == "done" and corrected.steps[2].checks == []
+
+
+@pytest.mark.anyio
+async def test_when_no_answer_passes_its_checks_the_one_passing_most_tests_is_chosen() -> None:
+    """No answer passes every check: the one passing the most of its own tests wins over a
+    better-scored answer without tests (its critic's 9 is no evidence against tests)."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    outcome, _ = await loop(
+        job,
+        [
+            f"```python\n{SUB}\n```",  # no tests
+            critic(done=False, score=9),
+            answer(ADD, "assert add(1, 2) == 3\nassert add(2, 2) == 4\nassert add(1, 1) == 3"),
+            critic(done=False, score=4),
+            answer(SUB, "assert add(0, 0) == 0"),  # breaks the tests that passed: never chosen
+            critic(done=False, score=10),
+            answer(SUB, "assert add(0, 0) == 0"),  # the same: the loop stops
+        ],
+    )
+    assert all(s.checks for s in outcome.steps if s.role != "feedback")
+    line = outcome.output_line()
+    assert (line["chosen_iteration"], line["output"]) == (1, ADD)
+    assert (line["metrics"]["tests_passed"], line["metrics"]["tests_total"]) == (2, 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pipeline.prices import Price, PriceBook
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
-JOB = load_job("code-improve")  # scored, no copy retries
+JOB = dataclasses.replace(load_job("code-improve"), retry_copy=False)  # scored, no copy retries
 MODELS = {"generate": "m", "refine": "m", "feedback": "m"}
 
 

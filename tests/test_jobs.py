@@ -264,6 +264,18 @@ BROKEN = [
     pytest.param(edit('extract = "text"', 'extract = "html"'), "output.extract", id="bad-extract"),
     pytest.param(edit('name = "t"', 'name = "t'), "toml", id="invalid-toml"),
     pytest.param(BASE + '\n[hooks]\nfile = "absent.py"\n', "hooks.file", id="hooks-file-missing"),
+    pytest.param(
+        edit("[feedback]\n", 'refine_copy = "Again: {{task}}, {{findings}}"\n\n[feedback]\n'),
+        "prompts.refine_copy",
+        id="refine-copy-without-retry-copy",
+    ),
+    pytest.param(
+        edit("[feedback]\n", 'refine_copy = "Again: {{answer}}"\n\n[feedback]\n').replace(
+            "max_iters = 2", "max_iters = 2\nretry_copy = true"
+        ),
+        "prompts.refine_copy",
+        id="refine-copy-unknown-placeholder",
+    ),
 ]
 
 

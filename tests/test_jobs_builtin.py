@@ -150,9 +150,9 @@ def test_job_loads_with_its_contract(
         "evaluate" in hooks,
         "check" in hooks,
     )
-    # Greedy jobs retry a verbatim copy, and so does commongen, whose small-model
-    # refinements often hand the sentence back unchanged.
-    assert job.retry_copy is (job.temperature == 0 or job.name == "commongen")
+    # Greedy jobs retry a verbatim copy, and so do commongen and code-improve, whose
+    # small-model refinements often hand the sentence or the failing code back unchanged.
+    assert job.retry_copy is (job.temperature == 0 or job.name in ("commongen", "code-improve"))
     schema = job.feedback_schema
     assert schema["properties"][job.actions_field]["type"] == "array"
     assert schema["properties"][job.done_field]["type"] == "boolean"
@@ -722,7 +722,10 @@ ADD = "def add(a, b):\n    return a + b"
         (
             join(ADD, "assert add(1, 2) == 4\nassert add(0, 0) == 0"),
             (1, 2, ["assert add(1, 2) == 4"]),
-            ["Failing test `assert add(1, 2) == 4`: AssertionError (add(1, 2) is 3)."],
+            [
+                "Failing test `assert add(1, 2) == 4`: AssertionError (add(1, 2) is 3).",
+                "Fix the code so that it does what the request asks; where a test",
+            ],
         ),
         (ADD, (0, 0, []), ["Add tests: a second ```python block"]),
         (
@@ -752,14 +755,32 @@ ADD = "def add(a, b):\n    return a + b"
                 "Failing test `assert add(0, 0) == -1`",
                 "Failing test",
                 "Failing test",
-                "2 more tests fail.",
+                "2 more tests fail. Fix the code",
             ],
         ),
         ("", (0, 0, []), ["Give the complete code in the first ```python block."]),
         (
             join(ADD, "assert add(1, 2) == 3\nassert add('(]) == 0"),
-            (0, 1, ["assert add(1, 2) == 3 assert add('(]) == 0"]),  # whitespace-normalized
+            (1, 1, []),  # the tests before the broken line still run
             ["Fix the syntax error in the tests at line 2: unterminated string literal"],
+        ),
+        (
+            join(ADD, "assert add('(]) == 0\nassert add(1, 2) == 3"),
+            (0, 1, ["assert add('(]) == 0 assert add(1, 2) == 3"]),  # whitespace-normalized
+            ["Fix the syntax error in the tests at line 1: unterminated string literal"],
+        ),
+        (  # cut off at max_tokens inside one test function: its finished asserts run
+            join(
+                ADD,
+                "def test_add():\n    assert add(1, 2) == 4\n    assert add(2, 2) == 4\n"
+                "    assert add(2, 2) == 4\n    assert add(3, [1",
+            ),
+            (1, 2, ["assert add(1, 2) == 4"]),
+            [
+                "Fix the syntax error in the tests at line 5: '[' was never closed",
+                "Failing test `assert add(1, 2) == 4`: AssertionError (add(1, 2) is 3).",
+                "Fix the code",
+            ],
         ),
     ],
 )

@@ -29,7 +29,9 @@ from pipeline.records import Record
 from tests.fakes import RecordingSink, ScriptedClient
 
 # code-improve without its hooks and tests: scores its feedback; score_threshold 10
-SCORED = dataclasses.replace(load_job("code-improve"), checker=None, evaluator=None, extract="code")
+SCORED = dataclasses.replace(
+    load_job("code-improve"), checker=None, evaluator=None, extract="code", retry_copy=False
+)
 UNSCORED = dataclasses.replace(SCORED, score_field=None, score_threshold=None)
 THRESHOLD_8 = dataclasses.replace(SCORED, score_threshold=8.0)
 RECORD = Record("r1", 7, {"id": "r1", "task": "sum the even numbers of a list"})
