@@ -107,16 +107,17 @@ def _feedback_on(steps: Sequence[Step], iteration: int) -> Step | None:
     )
 
 
-def _copied(job: Job, output: str, found: list[str] | None, before: Step) -> bool:
-    """Whether a refinement hands its input back: the same text or, for answers that carry
-    their tests, the same code while checks still find problems (tests reworded around
-    code that still fails them are no refinement of the code)."""
+def _copied(job: Job, output: str, found: list[str] | None, before: Step) -> str | None:
+    """How a refinement hands its input back, or None: the same text or, for answers that
+    carry their tests, the same code while checks still find problems (tests reworded
+    around code that still fails them are no refinement of the code)."""
     if _normalized(output) == _normalized(before.output):
-        return True
+        return "identical to"
     if job.extract != "code-with-tests" or not found or not before.checks:
-        return False
+        return None
     code = artifacts.split(output)[0]
-    return _normalized(code) == _normalized(artifacts.split(before.output or "")[0])
+    same = _normalized(code) == _normalized(artifacts.split(before.output or "")[0])
+    return "the same code as" if same else None
 
 
 def _reaches_the_end(text: str, output: str) -> bool:
@@ -490,18 +491,15 @@ async def make_step(
     metrics, found = await _evaluate(job, record, output, checks)
     if checks and comp.finish_reason == "length" and _reaches_the_end(comp.text, output):
         found = [*(found or []), CUT_OFF]  # a verified problem: the refine step shortens it
-    if (
-        role == "refine"
-        and job.retry_copy
-        and answers
-        and _copied(job, output, found, answers[-1])
-        and not any(is_copy(s) and s.iteration == iteration for s in steps)
-    ):
-        same = _normalized(output) == _normalized(answers[-1].output)
+    copied = (
+        _copied(job, output, found, answers[-1])
+        if role == "refine" and job.retry_copy and answers
+        else None
+    )
+    if copied and not any(is_copy(s) and s.iteration == iteration for s in steps):
         error = {
             "type": COPY,
-            "message": f"{'identical to' if same else 'the same code as'} its input; retried "
-            f"once at temperature {job.copy_temperature:g}",
+            "message": f"{copied} its input; retried once at temperature {job.copy_temperature:g}",
         }
     return Step(
         role,
