@@ -430,3 +430,23 @@ async def test_when_no_answer_passes_its_checks_the_one_passing_most_tests_is_ch
     line = outcome.output_line()
     assert (line["chosen_iteration"], line["output"]) == (1, ADD)
     assert (line["metrics"]["tests_passed"], line["metrics"]["tests_total"]) == (2, 3)
+
+
+@pytest.mark.anyio
+async def test_copy_retry_without_check_findings_shows_the_critics_actions() -> None:
+    """{{findings}} falls back to the critic's actions when the checks found nothing: a
+    verbatim copy of passing code is retried with what the critic asked for."""
+    outcome, client = await loop(
+        dataclasses.replace(CODE_IMPROVE, score_threshold=None),
+        [
+            answer(ADD, "assert add(1, 2) == 3"),
+            critic(done=False, action="name the parameters x and y"),
+            answer(ADD, "assert add(1, 2) == 3"),  # identical: a copy
+            answer(ADD.replace("a, b", "x, y").replace("a + b", "x + y"), "assert add(1, 2) == 3"),
+            critic(done=True),
+        ],
+    )
+    assert outcome.steps[2].error is not None
+    assert outcome.steps[2].error["message"].startswith("identical to its input")
+    retry = client.calls[3][0][-1]["content"]
+    assert "- name the parameters x and y" in retry and "return a + b" not in retry
