@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 __all__ = [
     "EXTRACT_MODES",
     "FAILED_TESTS",
+    "POOLED_TESTS",
     "TESTS_MARKER",
     "carry_tests",
     "comment_commentary",
@@ -33,6 +34,7 @@ __all__ = [
     "join",
     "meta_commentary",
     "normalized",
+    "pooled_tests",
     "split",
     "split_tests",
 ]
@@ -42,6 +44,9 @@ TESTS_MARKER = "# --- tests ---"
 # The metric in which a code-with-tests job's evaluator lists the tests an answer fails
 # (each as ``normalized`` gives it): the loop keeps the others with later answers.
 FAILED_TESTS = "tests_failed"
+# The metric in which the loop records how each answer so far fares on the tests that all
+# of them wrote (``{"total": n, "passed": [per answer, oldest first]}``): see loop.choose.
+POOLED_TESTS = "tests_pooled"
 _PYTHON_TAGS = frozenset({"python", "py", "python3", "py3"})
 # An opening fence anywhere, its body up to a closing fence or the end of the answer
 # (an answer cut off at max_tokens leaves its last fence open).
@@ -431,6 +436,15 @@ def normalized(unit: str) -> str:
     """A test's identity across answers: its code, whatever the spacing and comments."""
     tree = _parse(unit)
     return ast.unparse(tree) if tree is not None else " ".join(unit.split())
+
+
+def pooled_tests(programs: Iterable[str]) -> list[str]:
+    """Every test the ``programs`` carry, once each (as ``normalized`` tells), oldest first."""
+    pool: dict[str, str] = {}
+    for program in programs:
+        for unit in split_tests(split(program)[1]):
+            pool.setdefault(normalized(unit), unit)
+    return list(pool.values())
 
 
 def carry_tests(program: str, kept: Sequence[str]) -> str:

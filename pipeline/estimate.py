@@ -32,6 +32,7 @@ from .errors import ConfigError
 from .formats import FormatLadder
 from .jobs import Job, load_job
 from .limits import estimate_tokens
+from .local.registry import DEFAULT_MODEL as DEFAULT_LOCAL
 from .loop import build_messages
 from .prices import PriceBook, price_book
 from .records import Record, count_records, read_records
@@ -50,7 +51,6 @@ __all__ = [
     "sample_run",
 ]
 
-DEFAULT_LOCAL = "qwen2.5-coder-0.5b"  # the embedded model's default, as pipeline.local names it
 PROMPT_RECORDS = 1000  # records whose prompts are built; the rest are scaled from them
 Z90 = 1.645  # two-sided 90% normal interval
 

@@ -33,6 +33,7 @@ from .errors import CallError, FatalCallError, FeedbackParseError
 from .feedback import parse_feedback, render_feedback
 from .jobs import Job, render
 from .records import Record
+from .sandbox import run_tests, syntax_problem
 
 __all__ = [
     "Call",
@@ -167,6 +168,48 @@ def _breaks_passed_tests(answers: Sequence[Step]) -> set[int]:
     return broken
 
 
+# The sandbox's limits when every answer runs the pooled tests (as code-improve's check).
+POOL_TIMEOUT_S = 10.0
+POOL_PER_TEST_S = 2.0
+POOL_MEMORY_MB = 512
+
+
+def pooled(programs: Sequence[str]) -> dict[str, Any]:
+    """How many of the tests all ``programs`` carry each program's code passes.
+
+    The value of the ``tests_pooled`` metric: ``{"total": tests, "passed": [per program]}``.
+    Code that does not parse, or fails before any test runs, passes none.
+    """
+    pool = artifacts.pooled_tests(programs)
+    passed = []
+    for program in programs:
+        code = artifacts.split(program)[0]
+        if not pool or not code.strip() or syntax_problem(code) is not None:
+            passed.append(0)
+            continue
+        run = run_tests(
+            code,
+            pool,
+            timeout_s=POOL_TIMEOUT_S,
+            per_test_s=POOL_PER_TEST_S,
+            memory_mb=POOL_MEMORY_MB,
+        )
+        passed.append(0 if run.error is not None else run.passed)
+    return {"total": len(pool), "passed": passed}
+
+
+def _pool(answers: Sequence[Step]) -> tuple[int, list[int]] | None:
+    """The pooled tests as the last answer's evaluation ran them: how many there are and how
+    many each answer passes; None when it did not (no tests ran, a trace written before)."""
+    value = (answers[-1].metrics or {}).get(artifacts.POOLED_TESTS)
+    if not isinstance(value, dict):
+        return None
+    total, passed = value.get("total"), value.get("passed")
+    if not isinstance(total, int) or not isinstance(passed, list) or len(passed) != len(answers):
+        return None
+    return (total, passed) if all(isinstance(p, int) for p in passed) else None
+
+
 def _normalized(text: str | None) -> str:
     return " ".join((text or "").split())
 
@@ -239,11 +282,15 @@ def plan(
 def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, list[float | None]]:
     """The chosen iteration, its score and every iteration's score.
 
-    An answer that fails a test an earlier answer passed is never chosen. Among the
-    rest, those that pass the job's checks are candidates; when none does, those that
-    pass the most of their own tests (all of them for answers without tests, or when the
-    job has no checks): the best-scored wins, ties going to the later one; without
-    scores, the last.
+    An answer that fails a test an earlier answer passed is never chosen. Where the
+    answers carry tests, the rest are judged on all the tests any of them wrote (the
+    pooled tests): only those passing the most of them stay, and when none passes them
+    all, the earliest of those (of those passing their own checks, if any do) is chosen:
+    a refinement replaces an earlier answer only on the tests' evidence, never on a
+    critic's score alone. Among the rest, those that pass the job's checks are
+    candidates; when none does, those that pass the most of their own tests (all of them
+    for answers without tests, or when the job has no checks): the best-scored wins, ties
+    going to the later one; without scores, the last.
     """
     answers = _answers(steps)
     if not answers:
@@ -252,6 +299,14 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
     scores = [_score(job, feedback.get(a.iteration)) for a in answers]
     broken = _breaks_passed_tests(answers)
     kept = [i for i in range(len(answers)) if i not in broken]  # never empty: 0 breaks nothing
+    pool = _pool(answers)
+    if pool is not None:
+        total, passed = pool
+        most = max(passed[i] for i in kept)
+        kept = [i for i in kept if passed[i] == most]
+        if most < total:  # no answer passes every test written: the tests decide, not the critic
+            sure = [i for i in kept if answers[i].checks == []] or kept
+            return answers[sure[0]].iteration, scores[sure[0]], scores
     passing = [i for i in kept if answers[i].checks == []]
     candidates = passing or _most_tests_passed(answers, kept)
     best: int | None = None
@@ -501,6 +556,11 @@ async def make_step(
             "type": COPY,
             "message": f"{copied} its input; retried once at temperature {job.copy_temperature:g}",
         }
+    elif metrics is not None and artifacts.FAILED_TESTS in metrics:
+        # An answer (not a copy to retry) whose tests ran: how it and every earlier answer
+        # fare on the tests all of them wrote, for choose.
+        programs = [a.output or "" for a in answers] + [output]
+        metrics[artifacts.POOLED_TESTS] = await anyio.to_thread.run_sync(pooled, programs)
     return Step(
         role,
         iteration,

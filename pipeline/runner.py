@@ -695,9 +695,23 @@ def run(
 
 
 def resume_args(run_dir: str | Path) -> tuple[str, Path, Settings]:
-    """The job, input and settings to continue the run in ``run_dir`` with."""
+    """The job, input and settings to continue the run in ``run_dir`` with.
+
+    A run started on the default local model goes on with the model it started with,
+    should the default have changed since (the manifest records it as ``local:NAME``).
+    """
     manifest = RunDir(Path(run_dir)).require_manifest()
-    return manifest.job.source, Path(manifest.input.path), manifest.settings
+    settings = manifest.settings
+    if settings.local and settings.local_model is None and manifest.model.startswith("local:"):
+        settings = replace(settings, local_model=manifest.model.removeprefix("local:"))
+    started = manifest.feedback_model or ""
+    if (
+        settings.critic_is_local
+        and settings.critic_local_model is None
+        and started.startswith("local:")
+    ):
+        settings = replace(settings, feedback_model=started)
+    return manifest.job.source, Path(manifest.input.path), settings
 
 
 async def aresume(run_dir: str | Path, **kwargs: Any) -> RunSummary:

@@ -2,7 +2,8 @@
 """A finished code-improve run of the quality suite, its output chosen again by this checkout.
 
 Choosing a record's output makes no model call, so ``choose`` over a run's traced steps is
-exactly what this checkout would have written for the same answers. For each RUN_DIR
+exactly what this checkout would have written for the same answers (the pooled tests a run
+made before they were recorded are run here, as the loop now runs them). For each RUN_DIR
 (from ``scripts/quality.py --tasks code --work DIR``) prints the hidden tests passed at
 iteration 0, by the run's own output and by the output chosen again, the requests gained
 and lost against iteration 0, and the calls (copy retries among them) and tokens it used.
@@ -13,6 +14,7 @@ Usage: scripts/choose_again.py RUN_DIR [RUN_DIR ...]
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -23,10 +25,24 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from quality import HIDDEN, hidden_pass  # noqa: E402  (this folder)
 
-from pipeline.answers import split  # noqa: E402
+from pipeline.answers import FAILED_TESTS, POOLED_TESTS, split  # noqa: E402
 from pipeline.calls import Step, is_answer, is_copy  # noqa: E402
 from pipeline.jobs import load_job  # noqa: E402
-from pipeline.loop import choose  # noqa: E402
+from pipeline.loop import choose, pooled  # noqa: E402
+
+
+def with_pool(steps: list[Step]) -> list[Step]:
+    """``steps`` with the pooled-tests metric the loop now records on every answer, where a
+    run made before it did not (the answers' tests are in the trace: no call is needed)."""
+    out: list[Step] = []
+    programs: list[str] = []
+    for step in steps:
+        if is_answer(step) and step.metrics is not None and FAILED_TESTS in step.metrics:
+            programs.append(step.output or "")
+            if POOLED_TESTS not in step.metrics:
+                step = replace(step, metrics={**step.metrics, POOLED_TESTS: pooled(programs)})
+        out.append(step)
+    return out
 
 
 def report(run_dir: Path, hidden: dict[str, list[str]]) -> str:
@@ -41,7 +57,7 @@ def report(run_dir: Path, hidden: dict[str, list[str]]) -> str:
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
-        steps = [Step.from_dict(s) for s in line["steps"]]
+        steps = with_pool([Step.from_dict(s) for s in line["steps"]])
         calls += len(steps)
         copies += sum(is_copy(s) for s in steps)
         tokens += sum(

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline import Settings, run  # noqa: E402
 from pipeline.estimate import from_prompts, run_estimate  # noqa: E402
 from pipeline.jobs import load_job  # noqa: E402
+from pipeline.local.registry import DEFAULT_MODEL  # noqa: E402
 from pipeline.prices import BUILTIN, PriceBook  # noqa: E402
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402
 
@@ -80,7 +81,7 @@ def main() -> None:
         prices = work / "prices.json"
         model = "sim-model"
         entry = {"input": price.input, "output": price.output}
-        prices.write_bytes(orjson.dumps({model: entry, "local:qwen2.5-coder-0.5b": entry}))
+        prices.write_bytes(orjson.dumps({model: entry, f"local:{DEFAULT_MODEL}": entry}))
         model_for = {"generate": model, "refine": model, "feedback": model}
         with Simulator(SimConfig(p_done=args.p_done, models=(model,))) as sim:
             if args.local:

@@ -450,3 +450,95 @@ async def test_copy_retry_without_check_findings_shows_the_critics_actions() -> 
     assert outcome.steps[2].error["message"].startswith("identical to its input")
     retry = client.calls[3][0][-1]["content"]
     assert "- name the parameters x and y" in retry and "return a + b" not in retry
+
+
+LESS_THAN = "def add(a, b):\n    return a + b if a < b else 0"
+
+
+@pytest.mark.anyio
+async def test_answers_passing_fewer_of_the_pooled_tests_are_not_chosen() -> None:
+    """Judged on every test any answer wrote, a draft that passed its one weak test loses to
+    a refinement passing more of them, though the refinement fails a wrong test of its own
+    and the critic scores the draft higher."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    tests = "assert add(2, 1) == 3\nassert add(3, 1) == 4\nassert add(1, 1) == 3"
+    outcome, _ = await loop(
+        job,
+        [
+            answer(LESS_THAN, "assert add(1, 2) == 3"),
+            critic(done=False, score=9),
+            answer(ADD, tests),  # the third test is wrong
+            critic(done=False, score=4),
+            answer(ADD, tests),  # identical: the loop stops
+        ],
+    )
+    draft, refined = outcome.steps[0], outcome.steps[2]
+    assert draft.checks == [] and refined.checks
+    # the pool: add(1,2)==3, add(2,1)==3, add(3,1)==4, add(1,1)==3
+    assert draft.metrics is not None and refined.metrics is not None
+    assert draft.metrics["tests_pooled"] == {"total": 1, "passed": [1]}
+    assert refined.metrics["tests_pooled"] == {"total": 4, "passed": [1, 3]}
+    line = outcome.output_line()
+    assert (line["chosen_iteration"], line["output"]) == (1, ADD)
+    last = outcome.steps[-1]  # the identical answer, judged with the others
+    assert last.metrics is not None and last.metrics["tests_pooled"]["passed"] == [1, 3, 3]
+
+
+@pytest.mark.anyio
+async def test_when_no_answer_passes_every_pooled_test_a_tie_keeps_the_earlier_answer() -> None:
+    """The draft (right code, one wrong test) and a refinement bent around its own tests
+    pass as many of the pooled tests: the draft stays the output, however much better the
+    critic scores the refinement and the more of its own tests it passes."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    outcome, _ = await loop(
+        job,
+        [
+            answer(ADD, "assert add(1, 2) == 3\nassert add(2, 2) == 5"),
+            critic(done=False, score=3),
+            answer(LESS_THAN, "assert add(2, 2) == 0\nassert add(5, 1) == 6"),
+            critic(done=False, score=9),
+            answer(LESS_THAN, "assert add(2, 2) == 0\nassert add(5, 1) == 6"),  # stops the loop
+        ],
+    )
+    draft, refined = outcome.steps[0], outcome.steps[2]
+    assert draft.metrics is not None and refined.metrics is not None
+    assert (draft.metrics["tests_passed"], refined.metrics["tests_passed"]) == (1, 2)
+    # the pool: add(1,2)==3, add(2,2)==5, add(2,2)==0, add(5,1)==6
+    assert refined.metrics["tests_pooled"] == {"total": 4, "passed": [2, 2]}
+    line = outcome.output_line()
+    assert (line["chosen_iteration"], line["output"]) == (0, ADD)
+
+
+@pytest.mark.anyio
+async def test_answers_passing_every_pooled_test_are_chosen_by_the_critic() -> None:
+    """When more than one answer passes every test written, the choice is the usual one:
+    the best-scored (a refinement for readability is kept)."""
+    renamed = ADD.replace("a, b", "x, y").replace("a + b", "x + y")
+    outcome, _ = await loop(
+        dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False),
+        [
+            answer(ADD, "assert add(1, 2) == 3"),
+            critic(done=False, score=5, action="name the parameters x and y"),
+            answer(renamed, "assert add(2, 2) == 4"),
+            critic(done=True, score=9),
+        ],
+    )
+    assert outcome.steps[2].metrics is not None
+    assert outcome.steps[2].metrics["tests_pooled"] == {"total": 2, "passed": [2, 2]}
+    assert (outcome.output_line()["chosen_iteration"], outcome.output) == (1, renamed)
+
+
+def test_pooled_counts_code_that_cannot_run_as_passing_nothing() -> None:
+    """pooled: each program's code on every program's tests; code that does not parse or
+    fails before any test runs passes none."""
+    from pipeline.answers import join
+    from pipeline.loop import pooled
+
+    programs = [
+        join(ADD, "assert add(1, 2) == 3"),
+        join("def add(a, b):\n    return (a + b", "assert add(0, 0) == 0"),  # does not parse
+        join("raise SystemExit(3)", "assert add(1, 2) == 3"),  # a repeated test counts once
+        join(SUB, ""),  # no tests of its own: judged on the others'
+    ]
+    assert pooled(programs) == {"total": 2, "passed": [2, 0, 0, 1]}
+    assert pooled([join(ADD, "")]) == {"total": 0, "passed": [0]}

@@ -173,3 +173,34 @@ def test_run_writes_a_typed_manifest(tmp_path: Path) -> None:
     assert (m.state, m.exit_code, m.model, m.runs) == ("finished", 0, "sim-model", 1)
     assert (m.settings.max_iters, m.settings.timeout) == (3, DEFAULT_TIMEOUT_S)
     assert m.input.path == str(inp.resolve())
+
+
+def test_resume_keeps_the_local_model_a_run_started_with(tmp_path: Path) -> None:
+    """A run started on the default local model (and a local critic) resumes on the models
+    its manifest records, not on whatever the default is now; a model named stays named."""
+    from dataclasses import replace
+
+    from pipeline.local import DEFAULT_MODEL
+    from pipeline.runner import resume_args
+
+    rd = RunDir(tmp_path / "run")
+    rd.path.mkdir()
+    started = replace(
+        manifest(local=True, feedback_model="local"),
+        model="local:older-default",
+        feedback_model="local:older-critic",
+    )
+    rd.manifest_path.write_bytes(orjson.dumps(started.to_json()))
+    _, _, settings = resume_args(rd.path)
+    assert (settings.local_model, settings.feedback_model) == (
+        "older-default",
+        "local:older-critic",
+    )
+    assert DEFAULT_MODEL != "older-default"
+
+    named = replace(manifest(local=True, local_model="my.gguf"), model="local:my")
+    rd.manifest_path.write_bytes(orjson.dumps(named.to_json()))
+    assert resume_args(rd.path)[2].local_model == "my.gguf"
+    remote = manifest()
+    rd.manifest_path.write_bytes(orjson.dumps(remote.to_json()))
+    assert resume_args(rd.path)[2] == remote.settings

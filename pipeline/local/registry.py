@@ -22,7 +22,7 @@ __all__ = [
     "default_cache_dir",
 ]
 
-DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 """Name of the model used by ``--local`` without ``--local-model``."""
 
 
