@@ -74,7 +74,10 @@ def test_every_fault_kind_ends_done_or_failed_with_reason(tmp_path: Path) -> Non
     traces = read_jsonl(tmp_path / "run" / "traces.jsonl")
     steps = [s for t in traces for s in t["steps"]]
     assert any((s["error"] or {}).get("type") == "length" for s in steps)
-    assert max(s["attempts"] for s in steps) <= 5
+    # max_retries=4: five attempts a call, besides the probes that wait out an outage (a few
+    # server faults in a row across calls open the breaker, and its probes use up no
+    # retries, by design), which a loaded machine's interleaving sometimes brings about.
+    assert max(s["attempts"] for s in steps) <= 8
 
 
 def test_outage_is_waited_out_without_failing_records(tmp_path: Path) -> None:
