@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import load_job  # noqa: E402
-from pipeline.feedback import extract_code  # noqa: E402
+from pipeline.answers import extract_code  # noqa: E402
 from pipeline.local import DEFAULT_SLOTS, LocalServer, resolve_model  # noqa: E402
 from pipeline.local.server import SLOTS_ENV  # noqa: E402
 from pipeline.loop import build_messages  # noqa: E402

@@ -86,8 +86,9 @@ def report(run_dir: Path, hidden: dict[str, list[str]]) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if len(sys.argv) > 1 else 2)
     hidden = orjson.loads(HIDDEN.read_bytes())
     for arg in sys.argv[1:]:
         print(report(Path(arg), hidden), flush=True)
