@@ -5,8 +5,11 @@ Choosing a record's output makes no model call, so ``choose`` over a run's trace
 exactly what this checkout would have written for the same answers (the pooled tests a run
 made before they were recorded are run here, as the loop now runs them). For each RUN_DIR
 (from ``scripts/quality.py --tasks code --work DIR``) prints the hidden tests passed at
-iteration 0, by the run's own output and by the output chosen again, the requests gained
-and lost against iteration 0, and the calls (copy retries among them) and tokens it used.
+iteration 0, by the run's own output, by the output chosen again, by the previous rule
+(the same steps without the pooled-tests metric) and by the best answer of each record
+(what a reader knowing the hidden tests would pick), the requests gained and lost against
+iteration 0, and the calls (copy retries among them) and tokens it used; given several
+runs, the totals over all of them.
 
 Usage: scripts/choose_again.py RUN_DIR [RUN_DIR ...]
 """
@@ -14,7 +17,7 @@ Usage: scripts/choose_again.py RUN_DIR [RUN_DIR ...]
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import orjson
@@ -45,15 +48,65 @@ def with_pool(steps: list[Step]) -> list[Step]:
     return out
 
 
-def report(run_dir: Path, hidden: dict[str, list[str]]) -> str:
+def without_pool(steps: list[Step]) -> list[Step]:
+    """``steps`` as the previous choice rule saw them: no pooled-tests metric."""
+    return [
+        replace(s, metrics={k: v for k, v in s.metrics.items() if k != POOLED_TESTS})
+        if s.metrics
+        else s
+        for s in steps
+    ]
+
+
+@dataclass
+class Tally:
+    """Hidden-test passes of one way of choosing, with the requests gained and lost."""
+
+    passed: int = 0
+    gained: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+
+    def add(self, rid: str, now: bool, at_0: bool) -> None:
+        self.passed += now
+        if now and not at_0:
+            self.gained.append(rid)
+        if at_0 and not now:
+            self.lost.append(rid)
+
+    def merge(self, other: Tally) -> None:
+        self.passed += other.passed
+        self.gained += other.gained
+        self.lost += other.lost
+
+    def text(self, n: int, named: bool = True) -> str:
+        def ids(rids: list[str]) -> str:
+            return f" ({', '.join(rids) or '-'})" if named else ""
+
+        return (
+            f"{self.passed}/{n}, gained {len(self.gained)}{ids(self.gained)}, "
+            f"lost {len(self.lost)}{ids(self.lost)}"
+        )
+
+
+# iteration 0, the run's own output, chosen again, the previous rule, the best answer
+RULES = ("first", "output", "again", "previous", "best")
+SHOWN = {
+    "output": "the run's output",
+    "again": "chosen again",
+    "previous": "the previous rule (no pooled tests)",
+    "best": "the best answer of each record",
+}
+
+
+def report(run_dir: Path, hidden: dict[str, list[str]]) -> tuple[str, dict[str, Tally], int]:
+    """The run's line, and its tallies by way of choosing (see RULES)."""
     job = load_job("code-improve")
     outputs = {
         row["id"]: row
         for row in map(orjson.loads, (run_dir / "outputs.jsonl").read_bytes().splitlines())
     }
-    first = own = again = calls = copies = tokens = 0
-    gained: list[str] = []
-    lost: list[str] = []
+    tallies = {rule: Tally() for rule in RULES}
+    calls = copies = tokens = 0
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
@@ -63,26 +116,28 @@ def report(run_dir: Path, hidden: dict[str, list[str]]) -> str:
         tokens += sum(
             s.usage.get("prompt_tokens", 0) + s.usage.get("completion_tokens", 0) for s in steps
         )
-        answers = {s.iteration: s for s in steps if is_answer(s)}
-        chosen, _, _ = choose(steps, job)
-        at_0 = hidden_pass(split(answers[0].output or "")[0], hidden[rid])
-        now = chosen is not None and hidden_pass(
-            split(answers[chosen].output or "")[0], hidden[rid]
-        )
+        passes = {
+            s.iteration: hidden_pass(split(s.output or "")[0], hidden[rid])
+            for s in steps
+            if is_answer(s)
+        }
         out = outputs[rid]["output"]
-        first += at_0
-        own += out is not None and hidden_pass(out, hidden[rid])
-        again += now
-        if now and not at_0:
-            gained.append(rid)
-        if at_0 and not now:
-            lost.append(rid)
+        now = {
+            "first": passes[0],
+            "output": out is not None and hidden_pass(out, hidden[rid]),
+            "again": passes.get(choose(steps, job)[0], False),  # type: ignore[arg-type]
+            "previous": passes.get(choose(without_pool(steps), job)[0], False),  # type: ignore[arg-type]
+            "best": any(passes.values()),
+        }
+        for rule in RULES:
+            tallies[rule].add(rid, now[rule], passes[0])
     n = len(outputs)
-    return (
-        f"{run_dir}: iteration 0 {first}/{n}, the run's output {own}/{n}, chosen again "
-        f"{again}/{n}; gained {len(gained)} ({', '.join(gained) or '-'}), lost {len(lost)} "
-        f"({', '.join(lost) or '-'}); {calls} calls ({copies} copy retries), {tokens:,} tokens"
+    shown = "; ".join(f"{SHOWN[rule]} {tallies[rule].text(n)}" for rule in RULES[1:])
+    text = (
+        f"{run_dir}: iteration 0 {tallies['first'].passed}/{n}; {shown}; "
+        f"{calls} calls ({copies} copy retries), {tokens:,} tokens"
     )
+    return text, tallies, n
 
 
 def main() -> None:
@@ -90,8 +145,19 @@ def main() -> None:
         print(__doc__)
         sys.exit(0 if len(sys.argv) > 1 else 2)
     hidden = orjson.loads(HIDDEN.read_bytes())
+    totals = {rule: Tally() for rule in RULES}
+    records = 0
     for arg in sys.argv[1:]:
-        print(report(Path(arg), hidden), flush=True)
+        text, tallies, n = report(Path(arg), hidden)
+        print(text, flush=True)
+        records += n
+        for rule in RULES:
+            totals[rule].merge(tallies[rule])
+    if len(sys.argv) > 2:
+        print(f"all {len(sys.argv) - 1} runs, {records} request-runs:")
+        for rule in RULES[1:]:
+            print(f"  {SHOWN[rule]}: {totals[rule].text(records, named=False)}")
+        print(f"  (iteration 0: {totals['first'].passed}/{records})")
 
 
 if __name__ == "__main__":
