@@ -15,16 +15,13 @@ from typing import Any
 from pipeline import answers
 from pipeline.sandbox import TestsRun, run_tests, syntax_problem
 
-TIMEOUT_S = 10.0
-PER_TEST_S = 2.0
-MEMORY_MB = 512
 SHOWN_FAILURES = 3  # more failing tests than this are counted, not listed
 
 
 @functools.lru_cache(maxsize=256)
 def _run(code: str, tests: tuple[str, ...]) -> TestsRun:
     # evaluate and check ask for the same run.
-    return run_tests(code, tests, timeout_s=TIMEOUT_S, per_test_s=PER_TEST_S, memory_mb=MEMORY_MB)
+    return run_tests(code, tests)  # the sandbox's limits for tests, as the pooled tests run
 
 
 def _results(output: str) -> tuple[list[str], TestsRun | None]:

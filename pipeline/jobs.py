@@ -13,7 +13,10 @@ A job is a TOML file::
 
     [prompts]                   # {{name}} placeholders: input fields, output, feedback,
                                 # history, findings (the checks' findings alone, else the
-                                # critic's actions; "- " lines)
+                                # critic's actions; "- " lines). The feedback prompt may
+                                # use output and findings (there: what the checks found in
+                                # the answer, before any critic; "(none)" when they found
+                                # nothing, "(not checked)" when checks are off)
     system = "..."              # optional
     generate = "..."
     feedback = "..."
@@ -253,7 +256,8 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         raise JobError(src, f"input.{sorted(clash)[0]}", "name is reserved for the loop")
 
     prompts = {}
-    for role, extra in (("generate", ()), ("feedback", ("output",)), ("refine", LOOP_VARIABLES)):
+    roles = (("generate", ()), ("feedback", ("output", "findings")), ("refine", LOOP_VARIABLES))
+    for role, extra in roles:
         text = r.get(f"prompts.{role}", str)
         _check_placeholders(src, f"prompts.{role}", text, input_names | set(extra))
         prompts[role] = text

@@ -168,12 +168,6 @@ def _breaks_passed_tests(answers: Sequence[Step]) -> set[int]:
     return broken
 
 
-# The sandbox's limits when every answer runs the pooled tests (as code-improve's check).
-POOL_TIMEOUT_S = 10.0
-POOL_PER_TEST_S = 2.0
-POOL_MEMORY_MB = 512
-
-
 def pooled(programs: Sequence[str]) -> dict[str, Any]:
     """How many of the tests all ``programs`` carry each program's code passes.
 
@@ -187,13 +181,7 @@ def pooled(programs: Sequence[str]) -> dict[str, Any]:
         if not pool or not code.strip() or syntax_problem(code) is not None:
             passed.append(0)
             continue
-        run = run_tests(
-            code,
-            pool,
-            timeout_s=POOL_TIMEOUT_S,
-            per_test_s=POOL_PER_TEST_S,
-            memory_mb=POOL_MEMORY_MB,
-        )
+        run = run_tests(code, pool)  # the limits the job's check ran its own tests under
         passed.append(0 if run.error is not None else run.passed)
     return {"total": len(pool), "passed": passed}
 
@@ -377,6 +365,15 @@ def findings_text(job: Job, step: Step) -> str:
     return "\n".join(f"- {text}" for text in shown) if shown else "(none)"
 
 
+def checks_text(answer: Step) -> str:
+    """A feedback prompt's ``{{findings}}``: what the checks found in the answer it reviews
+    (a failing test with the value the code gave, an exception), so the critic judges a
+    run, not only a reading; "(none)" when they found nothing."""
+    if answer.checks is None:
+        return "(not checked)"
+    return "\n".join(f"- {text}" for text in answer.checks) if answer.checks else "(none)"
+
+
 def findings(
     job: Job, answer: Step | None, parsed: Mapping[str, Any] | None
 ) -> list[dict[str, str]]:
@@ -413,6 +410,7 @@ def build_messages(
         base = iteration if role == "feedback" else iteration - 1
         values["output"] = answers[base].output or ""
         if role == "feedback":
+            values["findings"] = checks_text(answers[base])
             prompt = render(job.feedback_prompt, values)
         else:
             fb = _feedback_on(steps, base)

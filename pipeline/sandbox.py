@@ -258,13 +258,20 @@ class TestsRun:
         return sum(r is None for r in self.results)
 
 
+# The limits an answer's tests run under, by its job's check and by the loop's pooled tests
+# alike (one home: an answer must fare the same on the same test in both).
+TESTS_TIMEOUT_S = 10.0
+TESTS_PER_TEST_S = 2.0
+TESTS_MEMORY_MB = 512
+
+
 def run_tests(
     code: str,
     tests: Sequence[str],
     *,
-    timeout_s: float = 10.0,
-    per_test_s: float = 2.0,
-    memory_mb: int = 256,
+    timeout_s: float = TESTS_TIMEOUT_S,
+    per_test_s: float = TESTS_PER_TEST_S,
+    memory_mb: int = TESTS_MEMORY_MB,
 ) -> TestsRun:
     """Run ``code``, then each test (Python source) in its namespace, each one on its own.
 

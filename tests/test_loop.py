@@ -286,6 +286,24 @@ def test_feedback_prompt_shows_only_the_answer_under_review() -> None:
     assert "OUTPUT-1" not in prompt and "ACTION-1a" not in prompt
 
 
+def test_feedback_prompt_shows_what_the_checks_found_in_that_answer() -> None:
+    """The critic reviews a run, not only a reading: the feedback prompt holds the check
+    findings of the answer under review (a failing test with the value the code gave),
+    not those of an earlier answer; an answer the checks passed shows none."""
+    failing = "Failing test `assert f(2) == 5`: AssertionError (f(2) is 4)."
+    earlier = "Failing test `assert f(0) == 1`: AssertionError (f(0) is 0)."
+    first = dataclasses.replace(gen("OUTPUT-0"), checks=[earlier])
+    second = dataclasses.replace(ref(1, "OUTPUT-1"), checks=[failing])
+    steps = [first, fb(0), second]
+    prompt = user_prompt(build_messages(SCORED, RECORD, "feedback", 1, steps))
+    assert f"- {failing}" in prompt and earlier not in prompt
+    assert prompt.index("OUTPUT-1") < prompt.index(failing)
+    clean = [first, fb(0), dataclasses.replace(second, checks=[])]
+    assert "found:\n\n(none)" in user_prompt(build_messages(SCORED, RECORD, "feedback", 1, clean))
+    unchecked = [first, fb(0), ref(1, "OUTPUT-1")]  # checks off: nothing ran
+    assert "(not checked)" in user_prompt(build_messages(SCORED, RECORD, "feedback", 1, unchecked))
+
+
 def test_generate_prompt_holds_the_record_fields() -> None:
     """The generate prompt is the job's template filled with the record's fields."""
     messages = build_messages(SCORED, RECORD, "generate", 0, [])
