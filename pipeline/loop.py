@@ -361,8 +361,12 @@ def findings_text(job: Job, step: Step) -> str:
     the critic's actions."""
     items = step.findings or findings(job, None, step.parsed)
     checked = [f["text"] for f in items if f["source"] == "check"]
-    shown = checked or [f["text"] for f in items if f["source"] == "critic"]
-    return "\n".join(f"- {text}" for text in shown) if shown else "(none)"
+    return _bullets(checked or [f["text"] for f in items if f["source"] == "critic"])
+
+
+def _bullets(items: Sequence[str]) -> str:
+    """Findings as a prompt shows them: one "- " line each, or "(none)"."""
+    return "\n".join(f"- {text}" for text in items) if items else "(none)"
 
 
 def checks_text(answer: Step) -> str:
@@ -371,7 +375,7 @@ def checks_text(answer: Step) -> str:
     run, not only a reading; "(none)" when they found nothing."""
     if answer.checks is None:
         return "(not checked)"
-    return "\n".join(f"- {text}" for text in answer.checks) if answer.checks else "(none)"
+    return _bullets(answer.checks)
 
 
 def findings(
