@@ -37,6 +37,7 @@ __all__ = [
     "pooled_tests",
     "split",
     "split_tests",
+    "without_unfinished_test",
 ]
 
 EXTRACT_MODES = ("text", "code", "code-with-tests")
@@ -245,8 +246,12 @@ def _split_block(source: str, code_names: set[str], *, first: bool) -> tuple[str
     if TESTS_MARKER in source:
         return split(source)
     tree = _parse(source)
-    if tree is None:
-        return _split_unparsable(source) if first else ("", "")
+    if tree is None and first:
+        return _split_unparsable(source)
+    if tree is None:  # tests cut off at max_tokens, or with a syntax error: what parses, then
+        prefix = _parsable_prefix(source)  # the rest (the finding names its syntax error)
+        parsed = _split_block(prefix, code_names, first=False)[1] if prefix else ""
+        return "", (parsed + "\n" + source[len(prefix or "") :]).strip("\n") if parsed else ""
     segments = _segments(source, tree)
     if not any(_is_test(node) for node, _ in segments):
         return (source, "") if first else ("", "")
@@ -448,13 +453,24 @@ def pooled_tests(programs: Iterable[str]) -> list[str]:
 
 
 def carry_tests(program: str, kept: Sequence[str]) -> str:
-    """``program`` with the ``kept`` tests it dropped appended to its tests."""
+    """``program`` with the ``kept`` tests it dropped put back, before its own tests: they
+    run even when its own tests end in a statement that does not parse (tests that do not
+    parse are cut after their last line that does)."""
     code, tests = split(program)
     present = {normalized(u) for u in split_tests(tests)}
     missing = [u for u in kept if normalized(u) not in present]
     if not missing:
         return program
-    return join(code, "\n".join([tests, *missing]).strip("\n"))
+    return join(code, "\n".join([*missing, tests]).strip("\n"))
+
+
+def without_unfinished_test(program: str) -> str:
+    """``program``, an answer cut off at max_tokens inside its tests, without the line the
+    limit stopped: a half-written ``assert f`` is no test (it would fail every answer)."""
+    code, tests = split(program)
+    if not tests:
+        return program
+    return join(code, "\n".join(tests.splitlines()[:-1]))
 
 
 def _quoted(text: str) -> str:

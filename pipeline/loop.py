@@ -541,12 +541,15 @@ async def make_step(
         )
     output = artifacts.extract(comp.text, job.extract)
     answers = _answers(steps)
+    cut_off = comp.finish_reason == "length" and _reaches_the_end(comp.text, output)
+    if cut_off and job.extract == "code-with-tests" and not comp.text.endswith("\n"):
+        output = artifacts.without_unfinished_test(output)
     if role == "refine" and job.extract == "code-with-tests":
         # Tests an earlier answer passed stay with every later one, so a refinement that
         # breaks them is seen to (and, by choose, is never the chosen answer).
         output = artifacts.carry_tests(output, list(_passed_tests(answers).values()))
     metrics, found = await _evaluate(job, record, output, checks)
-    if checks and comp.finish_reason == "length" and _reaches_the_end(comp.text, output):
+    if checks and cut_off:
         found = [*(found or []), CUT_OFF]  # a verified problem: the refine step shortens it
     copied = (
         _copied(job, output, found, answers[-1])

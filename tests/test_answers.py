@@ -17,6 +17,7 @@ from pipeline.answers import (
     normalized,
     split,
     split_tests,
+    without_unfinished_test,
 )
 
 FIB = "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a"
@@ -181,10 +182,26 @@ def test_carry_tests_appends_only_the_dropped_ones() -> None:
     """Tests that passed before and that a refinement dropped come back; respaced ones count."""
     refined = join(FIB, "assert fib(10)==55")
     carried = carry_tests(refined, ["assert fib(0) == 0", "assert fib(10) == 55"])
-    assert split(carried) == (FIB, "assert fib(10)==55\nassert fib(0) == 0")
+    assert split(carried) == (FIB, "assert fib(0) == 0\nassert fib(10)==55")
     assert carry_tests(refined, ["assert fib(10) == 55"]) == refined
     assert split(carry_tests(FIB, ["assert fib(1) == 1"])) == (FIB, "assert fib(1) == 1")
     assert normalized("assert fib(1)==1  # one") == normalized("assert fib(1) == 1")
+
+
+def test_carried_tests_run_when_the_refinements_own_tests_do_not_parse() -> None:
+    """A refinement whose tests end in a statement that does not parse still runs the tests
+    carried from earlier answers (tests are cut after their last line that parses)."""
+    refined = join(FIB, 'assert fib(10) == 55\nassert fib(2) == "1')
+    carried = carry_tests(refined, ["assert fib(0) == 0"])
+    assert split_tests(split(carried)[1]) == ["assert fib(0) == 0", "assert fib(10) == 55"]
+
+
+def test_a_cut_off_answer_loses_the_test_it_was_writing() -> None:
+    """The line max_tokens stopped is not a test; code without tests stays as it is."""
+    cut = join(FIB, "assert fib(10) == 55\nassert fi")
+    assert split(without_unfinished_test(cut)) == (FIB, "assert fib(10) == 55")
+    assert without_unfinished_test(join(FIB, "assert fi")) == FIB
+    assert without_unfinished_test(FIB) == FIB
 
 
 @pytest.mark.parametrize(
@@ -239,3 +256,13 @@ def test_comment_commentary(code: str, expected: list[str]) -> None:
     if any("claims" in f for f in found):
         assert "assert in the tests" in found[0]
         assert "remove it" in comment_commentary(code)[0]
+
+
+def test_a_tests_block_cut_off_keeps_the_tests_before_the_cut() -> None:
+    """A later block that does not parse (cut off at max_tokens) keeps its tests, less a copy
+    of the code, with the unparsable rest (which the check reports); prose blocks stay out."""
+    cut = f"```python\n{FIB}\n```\n```python\n{FIB}\nassert fib(10) == 55\nassert fib(2"
+    assert split(code_with_tests(cut)) == (FIB, "assert fib(10) == 55\nassert fib(2")
+    assert split_tests(split(code_with_tests(cut))[1]) == ["assert fib(10) == 55"]
+    prose = f"```python\n{FIB}\n```\n```python\nprint(fib(10)  # 55\n```"
+    assert split(code_with_tests(prose)) == (FIB, "")

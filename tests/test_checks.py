@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from pipeline.calls import Outcome, Step
+from pipeline.client import Completion
 from pipeline.jobs import Job, load_job
-from pipeline.loop import Policy, refine_record
+from pipeline.loop import CUT_OFF, Policy, refine_record
 from pipeline.records import Record
 from tests.fakes import RecordingSink, ScriptedClient
 
@@ -278,6 +279,32 @@ async def test_refinement_that_breaks_passing_tests_is_never_chosen() -> None:
     )
     assert [m["tests_passed"] for m in line["metrics_by_iteration"]] == [1, 1, 2, 3]
     assert [m["tests_total"] for m in line["metrics_by_iteration"]] == [1, 2, 3, 4]
+
+
+@pytest.mark.anyio
+async def test_refinement_cut_off_in_its_tests_keeps_the_carried_ones_and_is_told() -> None:
+    """A refinement cut off at max_tokens while writing a test: the half-written test is
+    dropped, the tests an earlier answer passed still run, and the cut is a finding."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    text = f"```python\n{ADD}\n```\nTests:\n```python\nassert add(2, 2) == 4\nassert add(3, "
+    cut = Completion(text, 100, 1024, 0.5, 1, finish_reason="length", model="fake-model")
+    outcome, _ = await loop(
+        job,
+        [
+            answer(ADD, "assert add(1, 2) == 3"),
+            critic(done=False),
+            cut,
+            critic(done=True),  # vetoed: the cut is a finding
+            answer(ADD, "assert add(0, 0) == 0"),
+            critic(done=True),
+        ],
+    )
+    refined = outcome.steps[2]
+    assert refined.output is not None and "assert add(3," not in refined.output
+    assert refined.metrics is not None
+    assert (refined.metrics["tests_passed"], refined.metrics["tests_total"]) == (2, 2)
+    assert refined.checks == [CUT_OFF]
+    assert outcome.stop_reason == "done" and len(outcome.steps) == 6
 
 
 @pytest.mark.anyio
