@@ -83,7 +83,7 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         found.append(f"The code fails before any test runs: {run.error}.")
         return found
     failures = [(u, r) for u, r in zip(units, run.results, strict=True) if r is not None]
-    found += [f"Failing test {why}." for _, why in failures[:SHOWN_FAILURES]]
+    found += [_failing(unit, why) for unit, why in failures[:SHOWN_FAILURES]]
     if failures:
         more = len(failures) - SHOWN_FAILURES
         found.append(
@@ -92,3 +92,17 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             "wrong value, correct the test instead."
         )
     return found
+
+
+def _failing(unit: str, why: str) -> str:
+    """The finding for a failing test; for one that compares a result with a new exception
+    object (it cannot pass, whatever the code does), how to test that the call raises."""
+    meant = answers.raise_compared_as_value(unit)
+    if meant is None:
+        return f"Failing test {why}."
+    call, error = meant
+    return (
+        f"The test `{' '.join(unit.split())[:120]}` cannot pass: a new {error} object equals "
+        f"only itself. To test that `{call[:80]}` raises {error}: under `try:` call it, "
+        f"then `assert False`; under `except {error}:` `pass`."
+    )

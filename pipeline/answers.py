@@ -14,6 +14,7 @@ and what ``split`` takes apart again for the output. Pure functions only.
 from __future__ import annotations
 
 import ast
+import builtins
 import io
 import re
 import sys
@@ -35,6 +36,7 @@ __all__ = [
     "meta_commentary",
     "normalized",
     "pooled_tests",
+    "raise_compared_as_value",
     "split",
     "split_tests",
     "without_unfinished_test",
@@ -450,6 +452,31 @@ def pooled_tests(programs: Iterable[str]) -> list[str]:
         for unit in split_tests(split(program)[1]):
             pool.setdefault(normalized(unit), unit)
     return list(pool.values())
+
+
+def raise_compared_as_value(unit: str) -> tuple[str, str] | None:
+    """(call, exception) when the test ``unit`` ends in ``assert CALL == SomeError(...)``.
+
+    Such a test cannot pass: a new exception object equals only itself, so the result of
+    a call that returns is never equal to it, and a call that raises, as the test meant
+    it to, fails it with that exception.
+    """
+    tree = _parse(unit)
+    if tree is None or not tree.body or not isinstance(tree.body[-1], ast.Assert):
+        return None
+    test = tree.body[-1].test
+    if not isinstance(test, ast.Compare) or [type(op) for op in test.ops] != [ast.Eq]:
+        return None
+    right = test.comparators[0]
+    if not isinstance(right, ast.Call) or not isinstance(right.func, ast.Name):
+        return None
+    name = right.func.id
+    known = getattr(builtins, name, None)
+    if not (isinstance(known, type) and issubclass(known, BaseException)) and not name.endswith(
+        ("Error", "Exception")
+    ):
+        return None
+    return ast.unparse(test.left), name
 
 
 def carry_tests(program: str, kept: Sequence[str]) -> str:

@@ -15,6 +15,7 @@ from pipeline.answers import (
     join,
     meta_commentary,
     normalized,
+    raise_compared_as_value,
     split,
     split_tests,
     without_unfinished_test,
@@ -266,3 +267,24 @@ def test_a_tests_block_cut_off_keeps_the_tests_before_the_cut() -> None:
     assert split_tests(split(code_with_tests(cut))[1]) == ["assert fib(10) == 55"]
     prose = f"```python\n{FIB}\n```\n```python\nprint(fib(10)  # 55\n```"
     assert split(code_with_tests(prose)) == (FIB, "")
+
+
+@pytest.mark.parametrize(
+    ("unit", "meant"),
+    [
+        ('assert f("") == ValueError("empty")', ("f('')", "ValueError")),
+        ("data = [1]\nassert pop(data, 5) == IndexError()", ("pop(data, 5)", "IndexError")),
+        ("assert parse('x') == ParseError('bad')", ("parse('x')", "ParseError")),
+        ("assert f(1) == ValueError", None),  # the class itself: f may return it
+        ("assert f(1) != ValueError('x')", None),
+        ("assert f(1) == Point(1, 2)", None),
+        ("assert f(1) == 2", None),
+        ("try:\n    f(1)\nexcept ValueError:\n    pass", None),
+        ("assert f(", None),
+    ],
+)
+def test_a_raise_compared_as_a_value_is_recognised(
+    unit: str, meant: tuple[str, str] | None
+) -> None:
+    """``assert f(x) == SomeError(...)`` cannot pass (a new exception equals only itself)."""
+    assert raise_compared_as_value(unit) == meant

@@ -769,6 +769,21 @@ ADD = "def add(a, b):\n    return a + b"
             (0, 1, ["assert add('(]) == 0 assert add(1, 2) == 3"]),  # whitespace-normalized
             ["Fix the syntax error in the tests at line 1: unterminated string literal"],
         ),
+        (  # a raise tested as a value: how to test it instead, whatever the code does
+            join(
+                ADD + "\n\ndef half(n):\n    if n % 2:\n        raise ValueError('odd')\n"
+                "    return n // 2",
+                "assert half(3) == ValueError('odd')\nassert half(4) == OverflowError()",
+            ),
+            (0, 2, ["assert half(3) == ValueError('odd')", "assert half(4) == OverflowError()"]),
+            [
+                "The test `assert half(3) == ValueError('odd')` cannot pass: a new ValueError "
+                "object equals only itself. To test that `half(3)` raises ValueError: under "
+                "`try:` call it, then `assert False`; under `except ValueError:` `pass`.",
+                "The test `assert half(4) == OverflowError()` cannot pass",
+                "Fix the code",
+            ],
+        ),
         (  # cut off at max_tokens inside one test function: its finished asserts run
             join(
                 ADD,
