@@ -250,10 +250,12 @@ def _split_block(source: str, code_names: set[str], *, first: bool) -> tuple[str
     tree = _parse(source)
     if tree is None and first:
         return _split_unparsable(source)
-    if tree is None:  # tests cut off at max_tokens, or with a syntax error: what parses, then
-        prefix = _parsable_prefix(source)  # the rest (the finding names its syntax error)
-        parsed = _split_block(prefix, code_names, first=False)[1] if prefix else ""
-        return "", (parsed + "\n" + source[len(prefix or "") :]).strip("\n") if parsed else ""
+    if tree is None:  # tests cut off at max_tokens, or with a syntax error: the tests in
+        prefix = _parsable_prefix(source)  # what parses, then the rest (whose syntax error
+        if prefix is None:  # the check names)
+            return "", ""
+        found = _split_block(prefix, code_names, first=False)[1]
+        return "", (found + "\n" + source[len(prefix) :]).strip("\n") if found else ""
     segments = _segments(source, tree)
     if not any(_is_test(node) for node, _ in segments):
         return (source, "") if first else ("", "")
