@@ -8,8 +8,8 @@ made before they were recorded are run here, as the loop now runs them). For eac
 iteration 0, by the run's own output, by the output chosen again, by the previous rule
 (the same steps without the pooled-tests metric) and by the best answer of each record
 (what a reader knowing the hidden tests would pick), the requests gained and lost against
-iteration 0, and the calls (copy retries among them) and tokens it used; given several
-runs, the totals over all of them.
+iteration 0, the calls (copy retries among them) and tokens it used, and how many
+answers ran into max_tokens; given several runs, the totals over all of them.
 
 Usage: scripts/choose_again.py RUN_DIR [RUN_DIR ...]
 """
@@ -106,13 +106,15 @@ def report(run_dir: Path, hidden: dict[str, list[str]]) -> tuple[str, dict[str, 
         for row in map(orjson.loads, (run_dir / "outputs.jsonl").read_bytes().splitlines())
     }
     tallies = {rule: Tally() for rule in RULES}
-    calls = copies = tokens = 0
+    calls = copies = tokens = answers = cut_off = 0
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
         steps = with_pool([Step.from_dict(s) for s in line["steps"]])
         calls += len(steps)
         copies += sum(is_copy(s) for s in steps)
+        answers += sum(is_answer(s) for s in steps)
+        cut_off += sum(is_answer(s) and (s.error or {}).get("type") == "length" for s in steps)
         tokens += sum(
             s.usage.get("prompt_tokens", 0) + s.usage.get("completion_tokens", 0) for s in steps
         )
@@ -135,7 +137,8 @@ def report(run_dir: Path, hidden: dict[str, list[str]]) -> tuple[str, dict[str, 
     shown = "; ".join(f"{SHOWN[rule]} {tallies[rule].text(n)}" for rule in RULES[1:])
     text = (
         f"{run_dir}: iteration 0 {tallies['first'].passed}/{n}; {shown}; "
-        f"{calls} calls ({copies} copy retries), {tokens:,} tokens"
+        f"{calls} calls ({copies} copy retries), {tokens:,} tokens; "
+        f"{cut_off} of {answers} answers cut off at max_tokens"
     )
     return text, tallies, n
 
