@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.batch.api import BatchInfo, BatchIssue
+from pipeline.batch.api import BatchInfo, BatchIssue, FileInfo
 from pipeline.errors import AuthError, CallError
 
 Body = dict[str, Any]
@@ -83,6 +83,7 @@ class FakeBatchAPI:
     done_fraction: float = 0.5
     refuse_creates: int = 0  # the first N creates are answered 429
     lose_create_answers: int = 0  # the first N creates happen, but their answer is lost
+    lose_upload_answers: int = 0  # the first N uploads happen, but their answer is lost
     auth_fails: bool = False
     delete_status: int | None = None  # answer every delete with this error status
     shuffle: bool = True
@@ -93,6 +94,7 @@ class FakeBatchAPI:
     processed: list[str] = field(default_factory=list)  # custom_ids run, in order
     deleted: list[str] = field(default_factory=list)
     uploads: list[bytes] = field(default_factory=list)  # every input file uploaded
+    names: dict[str, str] = field(default_factory=dict)  # input file id -> name, in upload order
     bodies: list[Body] = field(default_factory=list)  # request bodies of the lines run
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _seq: Any = field(default_factory=itertools.count)
@@ -110,7 +112,12 @@ class FakeBatchAPI:
     async def upload(self, name: str, data: bytes) -> str:
         self._request("upload")
         self.uploads.append(data)
-        return self._new_file("file", data)
+        file_id = self._new_file("file", data)
+        self.names[file_id] = name
+        if self.lose_upload_answers > 0:
+            self.lose_upload_answers -= 1
+            raise CallError("timeout", "upload: no answer in time")
+        return file_id
 
     async def create(self, file_id: str, metadata: Mapping[str, str]) -> BatchInfo:
         self._request("create")
@@ -210,6 +217,12 @@ class FakeBatchAPI:
         self._request("list")
         for batch in reversed(list(self.batches.values())):
             yield self._info(batch)
+
+    async def file_listing(self) -> AsyncIterator[FileInfo]:
+        self._request("list_files")
+        for file_id, name in reversed(list(self.names.items())):
+            if file_id in self.files:
+                yield FileInfo(file_id, name, None)
 
     async def cancel(self, batch_id: str) -> BatchInfo:
         self._request("cancel")

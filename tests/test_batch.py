@@ -406,6 +406,21 @@ def test_lost_create_answer_is_found_by_token_not_resent(tmp_path: Path) -> None
     assert api.requests["list"] >= 1
 
 
+def test_lost_upload_answer_leaves_no_file_behind(tmp_path: Path) -> None:
+    """An upload whose answer was lost is found by its name and deleted; its calls go out
+    again in a new batch, and every input file ends deleted."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(4))
+    api = FakeBatchAPI(lose_upload_answers=1)
+    summary = batch_run(api, inp, tmp_path / "run", max_iters=1)
+    assert summary.exit_code == 0, summary.message
+    stray = next(iter(api.names))
+    assert stray in api.deleted and stray not in api.files
+    assert not [f for f in api.names if f in api.files]  # no input file is left
+    assert next(b.input_file_id for b in api.batches.values()) != stray
+    assert len(api.processed) == len(set(api.processed))
+    assert api.requests["list_files"] >= 1
+
+
 def test_status_shows_batches_in_flight(tmp_path: Path) -> None:
     """`refine status` reads the ledger: the batches in flight and their ids."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))

@@ -193,6 +193,31 @@ def test_kill_at_a_crash_point_then_rerun_pays_no_call_twice(tmp_path: Path, poi
         assert entry.batch_id == batches[0]["id"] and not entry.collected and journaled == 6
 
 
+def test_kill_after_upload_then_rerun_deletes_the_file_and_sends_again(tmp_path: Path) -> None:
+    """SIGKILLed after uploading a batch's input file, before journaling its id: the re-run
+    finds the file by its name and deletes it, and sends the calls in a new batch."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(4))
+    run_dir = tmp_path / "run"
+    with Simulator(FAST) as sim:
+        args = batch_args(inp, run_dir, sim.url, "--max-iters", "1")
+        killed = refine(*args, env={"REFINE_BATCH_CRASH": "after_upload"})
+        assert killed.returncode == -signal.SIGKILL
+        (entry,) = read_ledger(run_dir / "batches.jsonl").entries.values()
+        (stray,) = [f for f in sim.files if f["filename"] == f"refine-{entry.token}.jsonl"]
+        again = refine(*args)
+        files = sim.files
+        batches = sim.batches
+        counts = answered(sim, run_dir)
+    assert again.returncode == 0, again.stderr
+    assert entry.file_id is None
+    assert stray["id"] not in {f["id"] for f in files}
+    assert f"{stray['id']} (refine-{entry.token}.jsonl) was uploaded but never used" in again.stderr
+    assert entry.token not in {b["metadata"]["refine_token"] for b in batches}
+    assert not [f for f in files if f["purpose"] == "batch"]  # every input file deleted
+    assert_paid_once(counts, run_dir)
+    assert len(read_jsonl(run_dir / "outputs.jsonl")) == 4
+
+
 def test_sigkill_while_waiting_then_detach_until_done(tmp_path: Path) -> None:
     """Two SIGKILLs while waiting, then `--detach` re-runs until 0: all done, no call paid twice.
 

@@ -39,6 +39,8 @@ __all__ = [
     "Side",
     "check_settings",
     "find_by_token",
+    "find_upload",
+    "input_file_name",
     "open_clients",
 ]
 
@@ -108,6 +110,20 @@ class BatchInfo:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """An uploaded file as a listing shows it."""
+
+    id: str
+    filename: str
+    created_at: int | None
+
+
+def input_file_name(token: str) -> str:
+    """The name a batch's input file is uploaded under: its intent's token makes it unique."""
+    return f"refine-{token}.jsonl"
+
+
 class BatchAPI(Protocol):
     """Files and batches at one endpoint; every method is one request (or one listing)."""
 
@@ -125,6 +141,10 @@ class BatchAPI(Protocol):
 
     def listing(self) -> AsyncIterator[BatchInfo]:
         """Every batch, newest first, page by page."""
+        ...
+
+    def file_listing(self) -> AsyncIterator[FileInfo]:
+        """Every batch input file, newest first, page by page."""
         ...
 
     async def cancel(self, batch_id: str) -> BatchInfo:
@@ -216,6 +236,22 @@ class OpenAIBatchAPI:
 
     async def _page(self, after: str | openai.Omit) -> Any:
         return await self._sdk.batches.list(limit=LIST_PAGE, after=after)
+
+    async def file_listing(self) -> AsyncIterator[FileInfo]:
+        """Every batch input file, newest first, page by page."""
+        after: str | openai.Omit = openai.omit
+        while True:
+            page = await self._call("list_files", functools.partial(self._file_page, after))
+            for file in page.data:
+                yield FileInfo(file.id, file.filename, file.created_at)
+            if not page.data or page.has_more is False or page.data[-1].id == after:
+                return
+            after = page.data[-1].id
+
+    async def _file_page(self, after: str | openai.Omit) -> Any:
+        return await self._sdk.files.list(
+            purpose="batch", order="desc", limit=LIST_PAGE, after=after
+        )
 
     async def cancel(self, batch_id: str) -> BatchInfo:
         """Ask for the batch to be cancelled."""
@@ -364,3 +400,29 @@ def open_clients(
     return BatchClients(
         Side("generator", generator[0], gen_api), critic_side, config=BatchConfig.from_env()
     )
+
+
+async def find_upload(
+    api: BatchAPI,
+    name: str,
+    since: float,
+    pace: Callable[[], Awaitable[None]] | None = None,
+) -> list[str]:
+    """The ids of the batch input files named ``name`` uploaded since ``since`` (Unix time).
+
+    A run killed between uploading a file and journaling its id, or whose upload's answer
+    was lost, finds the file this way. The listing goes newest first and stops at files
+    older than ``since``, less the clock skew allowed.
+    """
+    oldest = since - CLOCK_SKEW_S
+    found: list[str] = []
+    seen = 0
+    async for info in api.file_listing():
+        if pace is not None and seen % LIST_PAGE == 0:
+            await pace()
+        seen += 1
+        if info.created_at and info.created_at < oldest:
+            break
+        if info.filename == name:
+            found.append(info.id)
+    return found

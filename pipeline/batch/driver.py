@@ -53,7 +53,15 @@ from ..loop import Call, Stop, call_failed, finish, make_step, next_call
 from ..records import Record
 from ..retry import OutageState, decide, retryable
 from ..runner import Models, Session, StopReason, stop_reason_of
-from .api import TOKEN_KEY, BatchClients, BatchInfo, Side, find_by_token
+from .api import (
+    TOKEN_KEY,
+    BatchClients,
+    BatchInfo,
+    Side,
+    find_by_token,
+    find_upload,
+    input_file_name,
+)
 from .ledger import Entry, Ledger
 from .lines import LINE_OVERHEAD, Answer, custom_id, input_line, read_output, read_result, split
 
@@ -290,7 +298,26 @@ class _Driver:
         """Close a batch that does not exist: delete its input file, give its calls back."""
         for held in self._carried(entry):
             held.token = None
+        if entry.file_id is None:
+            await self._find_upload(entry)
         await self._delete_files(entry, why)
+
+    async def _find_upload(self, entry: Entry) -> None:
+        """Journal the input file of an intent whose upload was never journaled (the run
+        stopped, or the upload's answer was lost, after the file arrived), so it is deleted
+        with the intent's other files rather than left on the provider."""
+        api = self.clients.named(entry.side).api
+        name = input_file_name(entry.token)
+        try:
+            found = await find_upload(api, name, entry.at, self.polls.acquire)
+        except CallError as err:
+            if isinstance(err, FatalCallError):
+                raise
+            log.warning("cannot list files to find %s (%s); if uploaded, it is left", name, err)
+            return
+        for file_id in found:
+            log.warning("file %s (%s) was uploaded but never used; it is deleted", file_id, name)
+            self.ledger.uploaded(entry.token, file_id)
 
     def _carried(self, entry: Entry) -> list[_Held]:
         """The held records whose call this batch carries."""
@@ -597,12 +624,13 @@ class _Driver:
         )
         try:
             async with self.creates:
-                file_id = await side.api.upload(f"refine-{token}.jsonl", data)
+                file_id = await side.api.upload(input_file_name(token), data)
         except CallError as err:
             await self._forget(entry, "upload failed")
             self._failed(err, "uploading a batch input file")
             return
         self._ok()
+        self._crash("after_upload")
         self.ledger.uploaded(token, file_id)
         self.status[token] = "creating"
         await self._create(entry)

@@ -140,6 +140,11 @@ class FileStore:
         with self._lock:
             return self._files.get(file_id)
 
+    def objects(self) -> list[dict[str, Any]]:
+        """Every file held, as the API shows it, in upload order."""
+        with self._lock:
+            return [f.to_object() for f in self._files.values()]
+
     def handle(
         self, method: str, path: str, query: str, headers: dict[str, str], body: bytes, wall: int
     ) -> Reply:

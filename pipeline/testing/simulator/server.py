@@ -108,6 +108,11 @@ class Simulator:
         return self._app.batches.objects()
 
     @property
+    def files(self) -> list[dict[str, Any]]:
+        """A snapshot of every file held (uploaded or made by a batch), as the API shows it."""
+        return self._app.files.objects()
+
+    @property
     def uptime_s(self) -> float:
         """Seconds since the server started listening (the clock of ``outages`` and ``t``)."""
         return time.monotonic() - self._app.t0
