@@ -220,8 +220,6 @@ def test_dialogue_context_as_list_of_turns_renders_every_turn() -> None:
 def test_shared_data_files_are_accepted(name: str, filename: str) -> None:
     """Every line of the shared task data becomes a record and renders."""
     path = SHARED_DATA / filename
-    if not path.exists():
-        pytest.skip(f"{path} is absent")
     job = load_job(name)
     recs = records(job, path)
     assert len(recs) == len(rows(path))
@@ -512,8 +510,6 @@ def test_acronym_evaluate_and_check(
 def test_reference_acronyms_are_mostly_drawn_from_their_titles() -> None:
     """The letters rule accepts the shared data's own reference acronyms (nearly all)."""
     path = SHARED_DATA / SHARED_FILES["acronym"]
-    if not path.exists():
-        pytest.skip(f"{path} is absent")
     drawn = [acronym_hooks.drawn_from(r["acronym"], r["title"]) for r in rows(path)]
     assert sum(drawn) / len(drawn) > 0.9
 
