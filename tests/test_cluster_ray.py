@@ -295,9 +295,10 @@ def test_killed_driver_resumes_with_the_same_command(cluster: str, tmp_path: Pat
     assert repeats <= workers * concurrency
 
 
-def ray_processes() -> set[int]:
+def ray_processes(under: int | None = None) -> set[int]:
     """Pids of Ray's processes (gcs_server, raylet, workers, agents) that are not this test
-    process's own (the module's instance): those a `refine` child left behind."""
+    process's own (the module's instance): those a `refine` child left behind. With
+    ``under``, those of process ``under`` and its descendants instead."""
     parents: dict[int, int] = {}
     ray_pids = set()
     for entry in Path("/proc").iterdir():
@@ -312,14 +313,16 @@ def ray_processes() -> set[int]:
         if stat[0] != "Z" and (b"ray::" in cmd or b"gcs_server" in cmd or b"raylet" in cmd):
             ray_pids.add(int(entry.name))
 
-    def ours(pid: int) -> bool:
+    def below(pid: int, root: int) -> bool:
         while pid > 1:
-            if pid == os.getpid():
+            if pid == root:
                 return True
             pid = parents.get(pid, 0)
         return False
 
-    return {pid for pid in ray_pids if not ours(pid)}
+    if under is not None:
+        return {pid for pid in ray_pids if below(pid, under)}
+    return {pid for pid in ray_pids if not below(pid, os.getpid())}
 
 
 def test_a_local_ray_instance_is_started_and_stopped(cluster: str, tmp_path: Path) -> None:
@@ -339,3 +342,49 @@ def test_a_local_ray_instance_is_started_and_stopped(cluster: str, tmp_path: Pat
     while ray_processes() - before and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not ray_processes() - before
+
+
+def test_a_local_ray_instance_ends_when_the_command_is_killed(cluster: str, tmp_path: Path) -> None:
+    """A SIGKILLed `refine` that started its own Ray takes Ray's server, raylet and workers
+    with it (they die with the thread that started them). Ray's two agents find their raylet
+    gone within seconds, then spend about a minute failing to report it to the dead server
+    before they exit: they are not waited for here."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(200))
+    run_dir = tmp_path / "run"
+    with Simulator(SimConfig(latency_s=0.2)) as sim:
+        proc = refine(
+            "run", "code-improve", str(inp), "--out", str(run_dir), "--base-url", sim.url,
+            "--model", "sim-model", "--workers", "1", "--quiet", env={"RAY_ADDRESS": ""},
+        )  # fmt: skip
+        try:
+            journal = run_dir / "checkpoint.jsonl"
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                if journal.exists() and journal.read_bytes().count(b"\n") >= 3:
+                    break
+                time.sleep(0.05)
+            assert proc.poll() is None, "the run must still be going when it is killed"
+            started = {
+                pid: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+                for pid in ray_processes(under=proc.pid)
+            }
+        finally:
+            proc.kill()
+            proc.communicate()
+
+    def left() -> dict[int, str]:
+        named = {}
+        for pid, cmd in started.items():
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+            except OSError:
+                continue  # gone
+            if state != "Z" and not cmd.endswith("Agent"):
+                named[pid] = cmd
+        return named
+
+    assert any(cmd.endswith("raylet") for cmd in started.values()), started
+    deadline = time.monotonic() + 15
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left()
