@@ -195,14 +195,10 @@ def _is_test(node: ast.stmt) -> bool:
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
         func = node.value.func
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
-        return name.startswith("test") or (name == "main" and _is_unittest(func))
+        return name.startswith("test")
     return isinstance(node, ast.If | ast.For | ast.While | ast.With | ast.Try) and (
         _mentions_assert(node)
     )
-
-
-def _is_unittest(func: ast.expr) -> bool:
-    return isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "unittest"
 
 
 def _segments(source: str, tree: ast.Module) -> list[tuple[ast.stmt, str]]:
@@ -395,7 +391,8 @@ def split_tests(tests: str) -> list[str]:
     test of its own (and a failed ``assert a == b`` can say what ``a`` was). Statements
     that are not tests themselves (setting up data, helpers, a test function the tests
     call later) stay with the test after them. A test function nobody calls is called.
-    A repeated test counts once. Tests that do not parse are cut after their last line
+    A test class's test methods are each a test. A repeated test counts once. Tests that
+    do not parse are cut after their last line
     that does (a cut-off answer); when no first lines parse they are one piece.
     """
     tree = _parse(tests)
@@ -416,7 +413,14 @@ def split_tests(tests: str) -> list[str]:
     units: list[str] = []
     pending = ""
     for node, text in _segments(tests, tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        if isinstance(node, ast.ClassDef) and _test_methods(node):
+            # Each test method is a test (unittest.main() would find none: the tests do not
+            # run as the __main__ module).
+            units += [
+                (pending + text).strip("\n") + _method_call(node, m) for m in _test_methods(node)
+            ]
+            pending = ""
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             if _is_test(node) and node.name not in called and not isinstance(node, ast.ClassDef):
                 units.append((pending + text).strip("\n") + f"\n{node.name}()")
                 pending = ""
@@ -439,6 +443,25 @@ def split_tests(tests: str) -> list[str]:
             seen.add(key)
             unique.append(unit)
     return unique
+
+
+def _test_methods(node: ast.ClassDef) -> list[str]:
+    """The test methods of a test class (``TestX``, a ``unittest.TestCase`` or a plain class)."""
+    if not _is_test(node):
+        return []
+    return [
+        n.name
+        for n in node.body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("test") and n.args.args
+    ]
+
+
+def _method_call(node: ast.ClassDef, method: str) -> str:
+    """Lines that run one test method of a test class, as a test runner would."""
+    if any("TestCase" in ast.unparse(b) for b in node.bases):
+        make = f"{node.name}({method!r})"
+        return f"\n__case__ = {make}\n__case__.setUp()\n__case__.{method}()"
+    return f"\n{node.name}().{method}()"
 
 
 def normalized(unit: str) -> str:

@@ -20,6 +20,7 @@ from pipeline.answers import (
     split_tests,
     without_unfinished_test,
 )
+from pipeline.sandbox import run_tests
 
 FIB = "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a"
 FIB_TESTS = "assert fib(0) == 0\nassert fib(10) == 55"
@@ -177,6 +178,46 @@ def test_split_tests(tests: str, units: list[str]) -> None:
     """Each test runs on its own, with the setup lines before it; test functions get called,
     or unrolled into their asserts; repeats count once; a cut-off end is dropped."""
     assert split_tests(tests) == units
+
+
+FLAT_RIGHT = (
+    "def flatten(xs):\n    out = []\n    for x in xs:\n"
+    "        out += flatten(x) if isinstance(x, list) else [x]\n    return out"
+)
+FLAT_WRONG = (  # one level only
+    "def flatten(xs):\n    out = []\n    for x in xs:\n"
+    "        out += x if isinstance(x, list) else [x]\n    return out"
+)
+UNITTEST_CUT_OFF = (  # unittest, no runner, cut off at max_tokens
+    "import unittest\n\nclass TestFlatten(unittest.TestCase):\n"
+    "    def test_flat(self):\n        self.assertEqual(flatten([1, [2]]), [1, 2])\n"
+    "    def test_deep(self):\n        self.assertEqual(flatten([[[1]]]), [1])\n"
+    "        self.assertEqual(flatten([1, [2, [3"
+)
+
+
+def test_a_test_class_nothing_runs_has_its_methods_run() -> None:
+    """A unittest class without unittest.main() (as a cut-off answer leaves it) defined its
+    tests and ran none, so every code passed it; now each test method is a test."""
+    units = split_tests(UNITTEST_CUT_OFF)
+    assert len(units) == 2 and units[1].endswith("__case__.test_deep()")
+    assert run_tests(FLAT_RIGHT, units).results == (None, None)
+    flat, deep = run_tests(FLAT_WRONG, units).results
+    assert flat is None
+    assert deep is not None and deep.startswith("`self.assertEqual(flatten([[[1]]]), [1])`")
+    plain = "class TestFlatten:\n    def test_deep(self):\n        assert flatten([[[1]]]) == [1]\n"
+    assert run_tests(FLAT_WRONG, split_tests(plain)).passed == 0
+    assert run_tests(FLAT_RIGHT, split_tests(plain)).passed == 1
+
+
+def test_unittest_main_is_no_test_and_the_class_still_runs() -> None:
+    """unittest.main() finds no tests where the tests run (they are not the __main__ module),
+    so it passed whatever the code did; the class's methods are run instead."""
+    tests = UNITTEST_CUT_OFF.rsplit("\n", 1)[0] + "\n\nunittest.main()\n"
+    units = split_tests(tests)
+    assert len(units) == 2 and units[1].endswith("unittest.main()")
+    assert run_tests(FLAT_WRONG, units).passed == 1
+    assert run_tests(FLAT_RIGHT, units).passed == 2
 
 
 def test_carry_tests_appends_only_the_dropped_ones() -> None:
