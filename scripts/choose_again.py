@@ -11,7 +11,11 @@ iteration 0, by the run's own output, by the output chosen again, by the previou
 iteration 0, the calls (copy retries among them) and tokens it used, and how many
 answers ran into max_tokens; given several runs, the totals over all of them.
 
-Usage: scripts/choose_again.py RUN_DIR [RUN_DIR ...]
+With ``--recheck``, every answer is first checked again by this checkout's hooks (its
+tests split and run as this checkout would, its findings and pooled tests with them):
+what this checkout would have chosen had it checked the same answers.
+
+Usage: scripts/choose_again.py [--recheck] RUN_DIR [RUN_DIR ...]
 """
 
 from __future__ import annotations
@@ -30,22 +34,41 @@ from quality import HIDDEN, hidden_pass  # noqa: E402  (this folder)
 
 from pipeline.answers import FAILED_TESTS, POOLED_TESTS, split  # noqa: E402
 from pipeline.calls import Step, is_answer, is_copy  # noqa: E402
-from pipeline.jobs import load_job  # noqa: E402
-from pipeline.loop import choose, pooled  # noqa: E402
+from pipeline.jobs import Job, load_job  # noqa: E402
+from pipeline.loop import CUT_OFF, choose, pooled  # noqa: E402
 
 
-def with_pool(steps: list[Step]) -> list[Step]:
+def with_pool(steps: list[Step], job: Job | None = None) -> list[Step]:
     """``steps`` with the pooled-tests metric the loop now records on every answer, where a
-    run made before it did not (the answers' tests are in the trace: no call is needed)."""
+    run made before it did not (the answers' tests are in the trace: no call is needed).
+
+    Given the ``job``, every answer is checked again by this checkout's evaluate and check
+    hooks (its metrics, findings and pooled tests as this checkout would record them).
+    """
     out: list[Step] = []
     programs: list[str] = []
     for step in steps:
         if is_answer(step) and step.metrics is not None and FAILED_TESTS in step.metrics:
+            if job is not None:
+                step = rechecked(step, job)
             programs.append(step.output or "")
             if POOLED_TESTS not in step.metrics:
                 step = replace(step, metrics={**step.metrics, POOLED_TESTS: pooled(programs)})
         out.append(step)
     return out
+
+
+def rechecked(step: Step, job: Job) -> Step:
+    """The answer as this checkout's hooks evaluate and check it (the run's finding that the
+    reply was cut off kept: it is the loop's, not a hook's)."""
+    assert job.evaluator is not None and job.checker is not None
+    output = step.output or ""
+    cut = [CUT_OFF] if CUT_OFF in (step.checks or ()) else []
+    return replace(
+        step,
+        metrics=dict(job.evaluator({}, output)),
+        checks=[str(f) for f in job.checker({}, output)] + cut,
+    )
 
 
 def without_pool(steps: list[Step]) -> list[Step]:
@@ -98,7 +121,9 @@ SHOWN = {
 }
 
 
-def report(run_dir: Path, hidden: dict[str, list[str]]) -> tuple[str, dict[str, Tally], int]:
+def report(
+    run_dir: Path, hidden: dict[str, list[str]], recheck: bool = False
+) -> tuple[str, dict[str, Tally], int]:
     """The run's line, and its tallies by way of choosing (see RULES)."""
     job = load_job("code-improve")
     outputs = {
@@ -110,7 +135,7 @@ def report(run_dir: Path, hidden: dict[str, list[str]]) -> tuple[str, dict[str, 
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
-        steps = with_pool([Step.from_dict(s) for s in line["steps"]])
+        steps = with_pool([Step.from_dict(s) for s in line["steps"]], job if recheck else None)
         calls += len(steps)
         copies += sum(is_copy(s) for s in steps)
         answers += sum(is_answer(s) for s in steps)
@@ -150,14 +175,16 @@ def main() -> None:
     hidden = orjson.loads(HIDDEN.read_bytes())
     totals = {rule: Tally() for rule in RULES}
     records = 0
-    for arg in sys.argv[1:]:
-        text, tallies, n = report(Path(arg), hidden)
+    recheck = "--recheck" in sys.argv[1:]
+    runs = [arg for arg in sys.argv[1:] if arg != "--recheck"]
+    for arg in runs:
+        text, tallies, n = report(Path(arg), hidden, recheck)
         print(text, flush=True)
         records += n
         for rule in RULES:
             totals[rule].merge(tallies[rule])
-    if len(sys.argv) > 2:
-        print(f"all {len(sys.argv) - 1} runs, {records} request-runs:")
+    if len(runs) > 1:
+        print(f"all {len(runs)} runs, {records} request-runs:")
         for rule in RULES[1:]:
             print(f"  {SHOWN[rule]}: {totals[rule].text(records, named=False)}")
         print(f"  (iteration 0: {totals['first'].passed}/{records})")
