@@ -392,8 +392,8 @@ def split_tests(tests: str) -> list[str]:
     that are not tests themselves (setting up data, helpers, a test function the tests
     call later) stay with the test after them. A test function nobody calls is called.
     A test class's test methods are each a test. A repeated test counts once. Tests that
-    do not parse are cut after their last line
-    that does (a cut-off answer); when no first lines parse they are one piece.
+    do not parse are cut after their last line that does (a cut-off answer); when no
+    first lines parse they are one piece.
     """
     tree = _parse(tests)
     if tree is None:
