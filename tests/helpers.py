@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,16 @@ from pipeline.testing.simulator import Simulator
 # CommonGen-Hard, every acronym title.
 _BESIDE = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 SHARED_DATA = _BESIDE if _BESIDE.is_dir() else Path(__file__).parent / "fixtures" / "shared-data"
+
+
+def wait_for_calls(run_dir: Path, n: int, proc: subprocess.Popen[str], limit_s: float = 30) -> None:
+    """Wait until the run's checkpoint holds at least ``n`` completed calls."""
+    deadline = time.monotonic() + limit_s
+    journal = run_dir / "checkpoint.jsonl"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.exists() and journal.read_bytes().count(b"\n") >= n:
+            return
+        time.sleep(0.02)
 
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:

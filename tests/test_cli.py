@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from pipeline.testing.simulator import SimConfig, Simulator
-from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.helpers import read_jsonl, tasks, wait_for_calls, write_jsonl
 
 REFINE = [sys.executable, "-m", "pipeline.cli"]
 
@@ -37,16 +37,6 @@ def start(*args: str, key: str = "sk-test") -> subprocess.Popen[str]:
 def run_args(inp: Path, run_dir: Path, url: str, *extra: str) -> tuple[str, ...]:
     """`refine run code-improve` arguments against the simulator at ``url``."""
     return ("run", "code-improve", str(inp), "--out", str(run_dir), "--base-url", url, *extra)
-
-
-def wait_for_calls(run_dir: Path, n: int, proc: subprocess.Popen[str], limit_s: float = 30) -> None:
-    """Wait until the run's checkpoint holds at least ``n`` completed calls."""
-    deadline = time.monotonic() + limit_s
-    journal = run_dir / "checkpoint.jsonl"
-    while time.monotonic() < deadline and proc.poll() is None:
-        if journal.exists() and journal.read_bytes().count(b"\n") >= n:
-            return
-        time.sleep(0.02)
 
 
 def assert_clean_jsonl(path: Path) -> None:

@@ -21,7 +21,7 @@ from pipeline import Settings, arun, run, run_status
 from pipeline.runner import EXIT
 from pipeline.testing import traced_answers
 from pipeline.testing.simulator import SimConfig, Simulator
-from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.helpers import read_jsonl, tasks, wait_for_calls, write_jsonl
 
 ray = pytest.importorskip("ray")
 
@@ -274,12 +274,7 @@ def test_killed_driver_resumes_with_the_same_command(cluster: str, tmp_path: Pat
             "--concurrency", str(concurrency), "--ray-address", cluster, "--quiet",
         )  # fmt: skip
         first = refine(*args)
-        journal = run_dir / "checkpoint.jsonl"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and first.poll() is None:
-            if journal.exists() and journal.read_bytes().count(b"\n") >= 25:
-                break
-            time.sleep(0.02)
+        wait_for_calls(run_dir, 25, first, limit_s=60)
         assert first.poll() is None, first.communicate()
         first.kill()
         first.communicate()
@@ -357,12 +352,7 @@ def test_a_local_ray_instance_ends_when_the_command_is_killed(cluster: str, tmp_
             "--model", "sim-model", "--workers", "1", "--quiet", env={"RAY_ADDRESS": ""},
         )  # fmt: skip
         try:
-            journal = run_dir / "checkpoint.jsonl"
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and proc.poll() is None:
-                if journal.exists() and journal.read_bytes().count(b"\n") >= 3:
-                    break
-                time.sleep(0.05)
+            wait_for_calls(run_dir, 3, proc, limit_s=120)
             assert proc.poll() is None, "the run must still be going when it is killed"
             started = {
                 pid: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
