@@ -24,6 +24,7 @@ import pytest
 
 from pipeline import RunSummary, Settings, arun
 from pipeline.batch import BatchConfig, open_clients, read_ledger
+from pipeline.batch.api import LIST_PAGE, OpenAIBatchAPI, find_upload
 from pipeline.batch.ledger import custom_ids
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
@@ -326,3 +327,29 @@ def test_wrong_key_exits_3_and_never_shows_it(tmp_path: Path) -> None:
     for path in (tmp_path / "run").iterdir():
         if path.is_file():
             assert canary.encode() not in path.read_bytes()
+
+
+def test_file_listing_pages_through_every_file_and_finds_one_by_name() -> None:
+    """More files than one listing page holds: every one is listed, newest first, and
+    ``find_upload`` finds the one asked for (and only it) on a later page."""
+    n = LIST_PAGE + 30
+    paced: list[int] = []
+
+    async def pace() -> None:
+        paced.append(1)
+
+    async def scenario(url: str) -> tuple[list[str], list[str], list[str]]:
+        api = OpenAIBatchAPI(url, "sk-test", timeout=30)
+        try:
+            ids = [await api.upload(f"refine-{i:04d}.jsonl", b"{}\n") for i in range(n)]
+            listed = [f.id async for f in api.file_listing()]
+            found = await find_upload(api, "refine-0003.jsonl", 0.0, pace)
+        finally:
+            await api.aclose()
+        return ids, listed, found
+
+    with Simulator(FAST) as sim:
+        ids, listed, found = anyio.run(scenario, sim.url)
+    assert listed == ids[::-1]
+    assert found == [ids[3]]
+    assert len(paced) == 2  # one pace per page read

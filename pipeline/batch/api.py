@@ -224,34 +224,35 @@ class OpenAIBatchAPI:
 
     async def listing(self) -> AsyncIterator[BatchInfo]:
         """Every batch, newest first, page by page."""
-        after: str | openai.Omit = openai.omit
-        while True:
-            page = await self._call("list", functools.partial(self._page, after))
-            for batch in page.data:
-                yield BatchInfo.from_api(batch.model_dump())
-            # A server that ignores `after` would send the same page forever.
-            if not page.data or page.has_more is False or page.data[-1].id == after:
-                return
-            after = page.data[-1].id
+        async for batch in self._pages("list", self._page):
+            yield BatchInfo.from_api(batch.model_dump())
 
     async def _page(self, after: str | openai.Omit) -> Any:
         return await self._sdk.batches.list(limit=LIST_PAGE, after=after)
 
     async def file_listing(self) -> AsyncIterator[FileInfo]:
         """Every batch input file, newest first, page by page."""
-        after: str | openai.Omit = openai.omit
-        while True:
-            page = await self._call("list_files", functools.partial(self._file_page, after))
-            for file in page.data:
-                yield FileInfo(file.id, file.filename, file.created_at)
-            if not page.data or page.has_more is False or page.data[-1].id == after:
-                return
-            after = page.data[-1].id
+        async for file in self._pages("list_files", self._file_page):
+            yield FileInfo(file.id, file.filename, file.created_at)
 
     async def _file_page(self, after: str | openai.Omit) -> Any:
         return await self._sdk.files.list(
             purpose="batch", order="desc", limit=LIST_PAGE, after=after
         )
+
+    async def _pages(
+        self, method: str, fetch: Callable[[str | openai.Omit], Awaitable[Any]]
+    ) -> AsyncIterator[Any]:
+        """The items of a cursor-paged listing, each page fetched by ``fetch(after)``."""
+        after: str | openai.Omit = openai.omit
+        while True:
+            page = await self._call(method, functools.partial(fetch, after))
+            for item in page.data:
+                yield item
+            # A server that ignores `after` would send the same page forever.
+            if not page.data or page.has_more is False or page.data[-1].id == after:
+                return
+            after = page.data[-1].id
 
     async def cancel(self, batch_id: str) -> BatchInfo:
         """Ask for the batch to be cancelled."""
@@ -278,6 +279,18 @@ class OpenAIBatchAPI:
         await self._sdk.close()
 
 
+async def _paced(
+    items: AsyncIterator[T], pace: Callable[[], Awaitable[None]] | None
+) -> AsyncIterator[T]:
+    """``items`` of a listing, ``pace`` awaited before each page's worth (LIST_PAGE)."""
+    seen = 0
+    async for item in items:
+        if pace is not None and seen % LIST_PAGE == 0:
+            await pace()
+        seen += 1
+        yield item
+
+
 async def find_by_token(
     api: BatchAPI,
     tokens: set[str],
@@ -293,11 +306,7 @@ async def find_by_token(
     wanted = set(tokens)
     found: dict[str, BatchInfo] = {}
     oldest = since - CLOCK_SKEW_S
-    seen = 0
-    async for info in api.listing():
-        if pace is not None and seen % LIST_PAGE == 0:
-            await pace()
-        seen += 1
+    async for info in _paced(api.listing(), pace):
         token = info.metadata.get(TOKEN_KEY)
         if token in wanted:
             found[token] = info
@@ -416,11 +425,7 @@ async def find_upload(
     """
     oldest = since - CLOCK_SKEW_S
     found: list[str] = []
-    seen = 0
-    async for info in api.file_listing():
-        if pace is not None and seen % LIST_PAGE == 0:
-            await pace()
-        seen += 1
+    async for info in _paced(api.file_listing(), pace):
         if info.created_at and info.created_at < oldest:
             break
         if info.filename == name:
