@@ -23,6 +23,8 @@ __all__ = [
     "Try",
     "is_answer",
     "is_copy",
+    "is_cut_retry",
+    "is_retried",
     "usage_of",
 ]
 
@@ -198,7 +200,7 @@ class Outcome:
         return usage_of(self.steps)
 
     def answers(self) -> list[Step]:
-        """Answer steps that are iterations: not feedback, failed calls or retried copies."""
+        """Answer steps that are iterations: not feedback, failed calls or retried attempts."""
         return [s for s in self.steps if is_answer(s)]
 
     def output_line(self, cost_usd: float | None = None) -> dict[str, Any]:
@@ -239,6 +241,20 @@ def is_copy(step: Step) -> bool:
     return step.error is not None and step.error.get("type") == COPY
 
 
+# Error type of an answer cut off at max_tokens inside its artifact, asked once more
+CUT_RETRY = "cut_off"
+
+
+def is_cut_retry(step: Step) -> bool:
+    """An answer cut off at max_tokens that was asked once more (not an iteration)."""
+    return step.error is not None and step.error.get("type") == CUT_RETRY
+
+
+def is_retried(step: Step) -> bool:
+    """An answer attempt the loop asked again: a copy or a cut-off answer."""
+    return is_copy(step) or is_cut_retry(step)
+
+
 def is_answer(step: Step) -> bool:
     """A generate or refine step that counts as an iteration's answer."""
-    return step.role != "feedback" and not is_copy(step) and not step.failed
+    return step.role != "feedback" and not is_retried(step) and not step.failed

@@ -6,7 +6,8 @@ answers and feedback of an assumed length, for three scenarios —
     low        the critic accepts the first answer; answers a quarter of max_tokens
     expected   half the iteration budget is used; answers half of max_tokens
     high       every loop runs its whole budget (a copy retried at every step where the
-               job retries copies), every answer max_tokens long: an upper bound
+               job retries copies), every answer max_tokens long: pessimistic, though
+               a call cut off at max_tokens and asked once more is counted once
 
 — and scaled to the number of input lines. With ``--sample N`` the first N records run
 for real (into a run directory, so they are not paid for twice) and the totals are

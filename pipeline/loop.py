@@ -20,6 +20,7 @@ import orjson
 from . import answers as artifacts
 from .calls import (
     COPY,
+    CUT_RETRY,
     Completion,
     ModelClient,
     Outcome,
@@ -28,6 +29,7 @@ from .calls import (
     StepSink,
     is_answer,
     is_copy,
+    is_cut_retry,
 )
 from .errors import CallError, FatalCallError, FeedbackParseError
 from .feedback import parse_feedback, render_feedback
@@ -78,7 +80,7 @@ class Call:
     schema: Mapping[str, Any] | None
     temperature: float
     max_tokens: int
-    frequency_penalty: float | None = None  # only on the retry of a cut-off feedback
+    frequency_penalty: float | None = None  # only on the retry of a cut-off call
 
     def sampling(self) -> dict[str, float]:
         """Sampling settings beyond the temperature, as request-body fields (often none)."""
@@ -91,13 +93,14 @@ class Call:
 
 LENGTH = "length"  # error type of an answer cut off at max_tokens
 CUT_OFF = "The answer was cut off at the length limit: give a shorter, complete answer."
-# Sent with the one retry of a feedback cut off at max_tokens: a small critic that runs
-# away repeats one phrase ("doll, doll, doll, ...") until the budget is spent.
+# Sent with the one retry of a call cut off at max_tokens: a small model that runs away
+# repeats one phrase until the budget is spent, a critic ("doll, doll, doll, ...") or an
+# answer (`assert f([1, [2]]) == ...`, `assert f([1, [2], [3]]) == ...`, ...).
 RETRY_FREQUENCY_PENALTY = 0.5
 
 
 def _answers(steps: Sequence[Step]) -> list[Step]:
-    """Answer steps (generate and refine), without refinements retried as copies."""
+    """Answer steps (generate and refine), without attempts retried (copies, cut off)."""
     return [s for s in steps if is_answer(s)]
 
 
@@ -235,12 +238,15 @@ def plan(
     ``max_iters`` refinements made; the refinement is identical to its input. Feedback is
     asked on every answer before the last; on the last answer only when the job scores,
     so the best-scored iteration can be chosen. A refinement identical to its input is
-    not shown to the critic again: the feedback on its input stands for it.
+    not shown to the critic again: the feedback on its input stands for it. An answer
+    or a feedback cut off at max_tokens is asked once more before anything else.
     """
     if not steps:
         return ("generate", 0)
     last = steps[-1]
     t = last.iteration
+    if is_cut_retry(last):
+        return (last.role, t)  # the same messages once more, with a repetition penalty
     if is_copy(last):
         return ("refine", t)  # the copy guard's one retry, at a higher temperature
     if _retry_cut_off(steps):
@@ -406,6 +412,8 @@ def build_messages(
     job: Job, record: Record, role: Role, iteration: int, steps: Sequence[Step]
 ) -> list[dict[str, str]]:
     """The chat messages for one call, exactly as they will be sent."""
+    if steps and is_cut_retry(steps[-1]) and steps[-1].role == role:
+        return [dict(m) for m in steps[-1].messages]  # asked again exactly as it was
     values = {f.name: _field_text(record.fields.get(f.name), f.join) for f in job.inputs}
     if role == "generate":
         prompt = render(job.generate_prompt, values)
@@ -470,7 +478,11 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
     if isinstance(nxt, Stop):
         return nxt
     role, iteration = nxt
-    retrying_copy = bool(steps) and is_copy(steps[-1])
+    again = bool(steps) and is_cut_retry(steps[-1])
+    cut = again or (bool(steps) and _retry_cut_off(steps))
+    # A copy's retry runs hotter: a cut-off answer is asked again as its call was made.
+    before = steps[:-1] if again else steps
+    retrying_copy = bool(before) and is_copy(before[-1])
     return Call(
         role=role,
         iteration=iteration,
@@ -478,7 +490,7 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
         schema=job.feedback_schema if role == "feedback" else None,
         temperature=job.copy_temperature if retrying_copy else job.temperature,
         max_tokens=job.max_tokens,
-        frequency_penalty=RETRY_FREQUENCY_PENALTY if steps and _retry_cut_off(steps) else None,
+        frequency_penalty=RETRY_FREQUENCY_PENALTY if cut else None,
     )
 
 
@@ -560,6 +572,14 @@ async def make_step(
         error = {
             "type": COPY,
             "message": f"{copied} its input; retried once at temperature {job.copy_temperature:g}",
+        }
+    elif cut_off and not any(
+        is_cut_retry(s) and s.role == role and s.iteration == iteration for s in steps
+    ):
+        error = {
+            "type": CUT_RETRY,
+            "message": "answer cut off at max_tokens (finish_reason=length); asked once more "
+            f"with frequency penalty {RETRY_FREQUENCY_PENALTY:g}",
         }
     elif metrics is not None and artifacts.FAILED_TESTS in metrics:
         # An answer (not a copy to retry) whose tests ran: how it and every earlier answer

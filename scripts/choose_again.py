@@ -9,7 +9,8 @@ iteration 0, by the run's own output, by the output chosen again, by the previou
 (the same steps without the pooled-tests metric) and by the best answer of each record
 (what a reader knowing the hidden tests would pick), the requests gained and lost against
 iteration 0, the calls (copy retries among them) and tokens it used, and how many
-answers ran into max_tokens; given several runs, the totals over all of them.
+answers ran into max_tokens (and how many attempts cut off there were asked again);
+given several runs, the totals over all of them.
 
 With ``--recheck``, every answer is first checked again by this checkout's hooks (its
 tests split and run as this checkout would, its findings and pooled tests with them):
@@ -33,7 +34,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from quality import HIDDEN, hidden_pass  # noqa: E402  (this folder)
 
 from pipeline.answers import FAILED_TESTS, POOLED_TESTS, split  # noqa: E402
-from pipeline.calls import Step, is_answer, is_copy  # noqa: E402
+from pipeline.calls import Step, is_answer, is_copy, is_cut_retry  # noqa: E402
 from pipeline.jobs import Job, load_job  # noqa: E402
 from pipeline.loop import CUT_OFF, choose, pooled  # noqa: E402
 
@@ -131,7 +132,7 @@ def report(
         for row in map(orjson.loads, (run_dir / "outputs.jsonl").read_bytes().splitlines())
     }
     tallies = {rule: Tally() for rule in RULES}
-    calls = copies = tokens = answers = cut_off = 0
+    calls = copies = tokens = answers = cut_off = asked_again = 0
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
@@ -140,6 +141,7 @@ def report(
         copies += sum(is_copy(s) for s in steps)
         answers += sum(is_answer(s) for s in steps)
         cut_off += sum(is_answer(s) and (s.error or {}).get("type") == "length" for s in steps)
+        asked_again += sum(is_cut_retry(s) for s in steps)
         tokens += sum(
             s.usage.get("prompt_tokens", 0) + s.usage.get("completion_tokens", 0) for s in steps
         )
@@ -164,6 +166,7 @@ def report(
         f"{run_dir}: iteration 0 {tallies['first'].passed}/{n}; {shown}; "
         f"{calls} calls ({copies} copy retries), {tokens:,} tokens; "
         f"{cut_off} of {answers} answers cut off at max_tokens"
+        + (f" ({asked_again} more cut off and asked again)" if asked_again else "")
     )
     return text, tallies, n
 

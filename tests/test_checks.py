@@ -12,7 +12,7 @@ import pytest
 from pipeline.calls import Outcome, Step
 from pipeline.client import Completion
 from pipeline.jobs import Job, load_job
-from pipeline.loop import CUT_OFF, Policy, refine_record
+from pipeline.loop import CUT_OFF, RETRY_FREQUENCY_PENALTY, Policy, refine_record
 from pipeline.records import Record
 from tests.fakes import RecordingSink, ScriptedClient
 
@@ -115,6 +115,22 @@ async def test_copy_guard_retries_once_at_higher_temperature() -> None:
     copy = outcome.steps[2]
     assert copy.error is not None and copy.error["type"] == "copy"
     assert outcome.output == "v1" and outcome.stop_reason == "done"
+
+
+@pytest.mark.anyio
+async def test_copy_retry_cut_off_is_asked_again_as_it_was() -> None:
+    """A copy's retry cut off at max_tokens is asked once more at the copy temperature, its
+    own prompt and a frequency penalty: the retry of a cut is the call that was cut."""
+    job = dataclasses.replace(BASE, retry_copy=True, copy_temperature=1.1, score_threshold=None)
+    cut = Completion("```python\nv1", 100, 20, 0.5, 1, finish_reason="length", model="x")
+    outcome, client = await loop(
+        job, ["v0", critic(done=False), "v0", cut, "v1", critic(done=True)]
+    )
+    assert [c[1] for c in client.calls] == [0.7, 0.7, 0.7, 1.1, 1.1, 0.7]
+    assert client.penalties == [None, None, None, None, RETRY_FREQUENCY_PENALTY, None]
+    assert client.calls[4][0] == client.calls[3][0]
+    assert [(s.error or {}).get("type") for s in outcome.steps[2:5]] == ["copy", "cut_off", None]
+    assert outcome.output == "v1" and outcome.iterations == 1
 
 
 @pytest.mark.anyio
@@ -283,8 +299,9 @@ async def test_refinement_that_breaks_passing_tests_is_never_chosen() -> None:
 
 @pytest.mark.anyio
 async def test_refinement_cut_off_in_its_tests_keeps_the_carried_ones_and_is_told() -> None:
-    """A refinement cut off at max_tokens while writing a test: the half-written test is
-    dropped, the tests an earlier answer passed still run, and the cut is a finding."""
+    """A refinement cut off at max_tokens while writing a test, twice (asked once more): the
+    half-written test is dropped, the tests an earlier answer passed still run, and the cut
+    is a finding."""
     job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
     text = f"```python\n{ADD}\n```\nTests:\n```python\nassert add(2, 2) == 4\nassert add(3, "
     cut = Completion(text, 100, 1024, 0.5, 1, finish_reason="length", model="fake-model")
@@ -294,17 +311,19 @@ async def test_refinement_cut_off_in_its_tests_keeps_the_carried_ones_and_is_tol
             answer(ADD, "assert add(1, 2) == 3"),
             critic(done=False),
             cut,
+            cut,  # asked once more, cut off again
             critic(done=True),  # vetoed: the cut is a finding
             answer(ADD, "assert add(0, 0) == 0"),
             critic(done=True),
         ],
     )
-    refined = outcome.steps[2]
+    assert [(s.error or {}).get("type") for s in outcome.steps[2:4]] == ["cut_off", "length"]
+    refined = outcome.steps[3]
     assert refined.output is not None and "assert add(3," not in refined.output
     assert refined.metrics is not None
     assert (refined.metrics["tests_passed"], refined.metrics["tests_total"]) == (2, 2)
     assert refined.checks == [CUT_OFF]
-    assert outcome.stop_reason == "done" and len(outcome.steps) == 6
+    assert outcome.stop_reason == "done" and len(outcome.steps) == 7
 
 
 @pytest.mark.anyio

@@ -515,18 +515,63 @@ async def test_resume_of_a_finished_record_makes_no_call() -> None:
 
 
 @pytest.mark.anyio
-async def test_answer_cut_off_at_max_tokens_is_a_finding() -> None:
-    """An answer cut off inside its code is marked, vetoes done, and the refine step is told."""
+async def test_answer_cut_off_is_asked_once_more_with_a_penalty() -> None:
+    """An answer cut off inside its code is asked again, the same messages with a frequency
+    penalty; the retry is the iteration's answer and the cut-off attempt stays in the trace."""
     text = "Here you go:\n```python\nv0"  # the block never closed
     cut = Completion(text, 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
+    outcome, client, _ = await run([cut, code("v0b"), feedback(3, done=True)])
+    assert [(s.role, s.iteration) for s in outcome.steps] == [
+        ("generate", 0),
+        ("generate", 0),
+        ("feedback", 0),
+    ]
+    assert outcome.steps[0].error is not None and outcome.steps[0].error["type"] == "cut_off"
+    assert client.penalties == [None, RETRY_FREQUENCY_PENALTY, None]
+    assert client.messages[1] == client.messages[0]
+    assert "v0b" in client.messages[2][-1]["content"]  # the critic reads the retry
+    line = outcome.output_line()
+    assert (line["output"], line["iterations"], line["scores"]) == ("v0b", 0, [3.0])
+
+
+@pytest.mark.anyio
+async def test_answer_cut_off_twice_is_a_finding() -> None:
+    """A retry cut off again is the answer: marked, vetoes done, and the refine step is told."""
+    text = "Here you go:\n```python\nv0"
+    cut = Completion(text, 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
     outcome, client, _ = await run(
-        [cut, feedback(3, done=True), code("v1"), feedback(4, done=True)]
+        [cut, cut, feedback(3, done=True), code("v1"), feedback(4, done=True)]
     )
-    assert outcome.steps[0].error is not None and outcome.steps[0].error["type"] == "length"
-    assert outcome.steps[0].checks == [CUT_OFF]
-    assert CUT_OFF in client.messages[2][-1]["content"]
+    assert [s.role for s in outcome.steps] == [
+        "generate",
+        "generate",
+        "feedback",
+        "refine",
+        "feedback",
+    ]
+    assert [(s.error or {}).get("type") for s in outcome.steps[:2]] == ["cut_off", "length"]
+    assert outcome.steps[1].checks == [CUT_OFF]
+    assert CUT_OFF in client.messages[3][-1]["content"]
     assert (outcome.status, outcome.stop_reason, outcome.output) == ("done", "done", "v1")
-    assert client.penalties == [None] * 4  # answers are refined, not retried
+    assert client.penalties == [None, RETRY_FREQUENCY_PENALTY, None, None, None]
+
+
+@pytest.mark.anyio
+async def test_cut_off_refinement_is_asked_again_and_resume_keeps_the_penalty() -> None:
+    """A refinement cut off is asked once more, also right after a resume."""
+    cut = Completion("```python\nv1", 100, 20, 0.5, 1, finish_reason="length", model="x")
+    script = [code("v0"), feedback(3), cut, code("v1b"), feedback(9, done=True)]
+    first, client, _ = await run(script)
+    assert [(s.role, (s.error or {}).get("type")) for s in first.steps[2:4]] == [
+        ("refine", "cut_off"),
+        ("refine", None),
+    ]
+    assert client.messages[3] == client.messages[2]
+    assert client.penalties == [None, None, None, RETRY_FREQUENCY_PENALTY, None]
+    assert (first.output, first.iterations) == ("v1b", 1)
+    resumed, client, _ = await run(script[3:], prior=first.steps[:3])
+    assert client.penalties == [RETRY_FREQUENCY_PENALTY, None]
+    assert resumed.output_line() == first.output_line()
 
 
 @pytest.mark.anyio

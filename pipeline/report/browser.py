@@ -39,6 +39,7 @@ DETAIL_LIMIT: Final = 2_000  # records whose iterations are embedded
 TEXT_LIMIT: Final = 20_000  # characters kept of one answer or raw response
 HEAPED_MEASURES: Final = 8  # measures followed for the selection of records to embed
 COPY: Final = "copy"  # error type of a refinement that copied its input and was retried
+CUT_RETRY: Final = "cut_off"  # error type of an answer cut off at max_tokens and asked again
 
 
 @dataclass(slots=True)
@@ -134,6 +135,9 @@ def record_detail(cand: Candidate, steps: Sequence[Any], pricing: Pricing) -> di
         text = clip(output if isinstance(output, str) else step.get("response"))
         if error is not None and error["type"] == COPY:
             entry["copies"].append(text)
+            continue
+        if error is not None and error["type"] == CUT_RETRY:
+            entry.setdefault("cut_off", []).append(text)
             continue
         checks = step.get("checks")
         entry.update(

@@ -340,6 +340,8 @@
         : canDiff ? diffNode(previous.output, answer) : el("pre", { class: "answer" }, answer),
       it.copies.length ? el("details", {}, el("summary", {}, `${it.copies.length} earlier attempt(s) copied the previous answer and were retried`),
         it.copies.map((c) => el("pre", {}, c))) : null,
+      (it.cut_off || []).length ? el("details", {}, el("summary", {}, `${it.cut_off.length} earlier attempt(s) ran into max_tokens and were asked again`),
+        it.cut_off.map((c) => el("pre", {}, c))) : null,
       (it.retried_feedback || []).map((fb) => el("div", { class: "retried" },
         el("h4", {}, "feedback (retried)"), feedbackNode(fb))),
       el("h4", {}, "feedback"),

@@ -95,6 +95,17 @@ def test_record_detail_keeps_a_retried_cut_off_feedback() -> None:
     assert len(it["calls"]) == 3
 
 
+def test_record_detail_keeps_a_cut_off_answer_asked_again_aside() -> None:
+    """An answer cut off and asked again is kept aside; the retry is the iteration's answer."""
+    steps = [
+        step("generate", 0, output="half", error={"type": "cut_off", "message": "asked again"}),
+        step("generate", 0, output="whole"),
+    ]
+    [it] = record_detail(Candidate(0, ["r"], [], None), steps, MODEL)["iterations"]
+    assert (it["output"], it["cut_off"], it["error"]) == ("whole", ["half"], None)
+    assert len(it["calls"]) == 2
+
+
 def test_record_detail_cost_is_unknown_when_a_call_has_no_price() -> None:
     """An iteration's dollars are the sum of its calls', or unknown when one has no price."""
     million = {"prompt_tokens": 10**6, "completion_tokens": 0}

@@ -102,12 +102,15 @@ def listed_ids(page: Page) -> list[str]:
 
 
 def answers(steps: list[dict[str, Any]]) -> dict[int, str]:
-    """Each iteration's answer in a trace (copies retried by the copy guard left out)."""
+    """Each iteration's answer in a trace (copies and cut-off answers asked again left out)."""
     return {
         s["iteration"]: s["output"]
         for s in steps
-        if s["role"] != "feedback" and (s.get("error") or {}).get("type") != "copy"
+        if s["role"] != "feedback" and (s.get("error") or {}).get("type") not in RETRIED
     }
+
+
+RETRIED = ("copy", "cut_off")  # error types of answer attempts the loop asked again
 
 
 # -- the 25-record run -------------------------------------------------------------------------
@@ -183,6 +186,26 @@ def test_opening_a_record_shows_its_iterations(browser: Browser, reported: Repor
         )
         == outputs[1]
     )
+    assert seen.problems == []
+    seen.page.close()
+
+
+def test_cut_off_answer_asked_again_is_shown_aside(browser: Browser, reported: Reported) -> None:
+    """An answer cut off at max_tokens and asked again is under its iteration, folded away."""
+    rid, cut = next(
+        (rid, s)
+        for rid, steps in reported.traces.items()
+        for s in steps
+        if (s.get("error") or {}).get("type") == "cut_off"
+    )
+    seen = visit(browser, reported.page, f"record={rid}")
+    card = seen.page.wait_for_selector(f'#record .iteration[data-t="{cut["iteration"]}"]')
+    assert card is not None
+    summary = card.query_selector("details summary:has-text('ran into max_tokens')")
+    assert summary is not None and summary.inner_text().startswith("1 earlier attempt")
+    summary.click()
+    shown = card.eval_on_selector_all("details pre", "ps => ps.map(p => p.textContent)")
+    assert cut["output"] in shown
     assert seen.problems == []
     seen.page.close()
 
