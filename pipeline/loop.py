@@ -279,12 +279,12 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
     An answer that fails a test an earlier answer passed is never chosen. Where the
     answers carry tests, the rest are judged on all the tests any of them wrote (the
     pooled tests): only those passing the most of them stay, and when none passes them
-    all, the earliest of those (of those passing their own checks, if any do) is chosen:
-    a refinement replaces an earlier answer only on the tests' evidence, never on a
-    critic's score alone. Among the rest, those that pass the job's checks are
-    candidates; when none does, those that pass the most of their own tests (all of them
-    for answers without tests, or when the job has no checks): the best-scored wins, ties
-    going to the later one; without scores, the last.
+    all, the earliest of those is chosen: a refinement replaces an earlier answer only on
+    the tests' evidence, never on a critic's score alone, nor on passing its own checks
+    (which it may do by dropping the tests it failed). Among the rest, those that pass the
+    job's checks are candidates; when none does, those that pass the most of their own
+    tests (all of them for answers without tests, or when the job has no checks): the
+    best-scored wins, ties going to the later one; without scores, the last.
     """
     answers = _answers(steps)
     if not answers:
@@ -299,8 +299,7 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
         most = max(passed[i] for i in kept)
         kept = [i for i in kept if passed[i] == most]
         if most < total:  # no answer passes every test written: the tests decide, not the critic
-            sure = [i for i in kept if answers[i].checks == []] or kept
-            return answers[sure[0]].iteration, scores[sure[0]], scores
+            return answers[kept[0]].iteration, scores[kept[0]], scores
     passing = [i for i in kept if answers[i].checks == []]
     candidates = passing or _most_tests_passed(answers, kept)
     best: int | None = None

@@ -556,6 +556,29 @@ async def test_when_no_answer_passes_every_pooled_test_a_tie_keeps_the_earlier_a
 
 
 @pytest.mark.anyio
+async def test_a_refinement_that_drops_the_test_it_fails_does_not_win_a_tie() -> None:
+    """A refinement that passes its own checks only because it left out the test it fails
+    ties with the draft on the pooled tests: the draft stays the output."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    outcome, _ = await loop(
+        job,
+        [
+            answer(ADD, "assert add(1, 2) == 3\nassert add(2, 2) == 5"),
+            critic(done=False, score=3),
+            answer(LESS_THAN, "assert add(1, 2) == 3"),  # add(2, 2) == 5 left out
+            critic(done=False, score=9),
+            answer(LESS_THAN, "assert add(1, 2) == 3"),  # stops the loop
+        ],
+    )
+    draft, refined = outcome.steps[0], outcome.steps[2]
+    assert draft.checks and refined.checks == []
+    assert refined.metrics is not None
+    assert refined.metrics["tests_pooled"] == {"total": 2, "passed": [1, 1]}
+    line = outcome.output_line()
+    assert (line["chosen_iteration"], line["output"]) == (0, ADD)
+
+
+@pytest.mark.anyio
 async def test_answers_passing_every_pooled_test_are_chosen_by_the_critic() -> None:
     """When more than one answer passes every test written, the choice is the usual one:
     the best-scored (a refinement for readability is kept)."""
