@@ -184,9 +184,46 @@ def _mentions_assert(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Assert) for n in ast.walk(node))
 
 
+# Errors a top-level ``try`` of a program catches for its own sake, never a behaviour a
+# request asks a call to have
+_PROGRAM_ERRORS = frozenset(
+    {"BaseException", "Exception", "ImportError", "KeyboardInterrupt", "ModuleNotFoundError"}
+)
+
+
+def _raise_check(node: ast.stmt) -> bool:
+    """``try: f(0)`` / ``except ValueError: pass``: a check, written without an assert, that
+    a call raises the error a request names (it fails when the call raises another one).
+
+    Only calls of the program's own functions in the ``try`` (no builtin such as ``int``,
+    no method), only named errors caught (not ``Exception``), and nothing but ``pass`` or
+    expressions (a ``print``) in the handlers: a program's own ``try`` around an import,
+    reading its input, or one that recovers with a value, stays code.
+    """
+    if not isinstance(node, ast.Try) or not node.handlers or node.finalbody:
+        return False
+    for stmt in node.body:
+        call = stmt.value if isinstance(stmt, ast.Expr | ast.Assign) else None
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+            return False
+        if hasattr(builtins, call.func.id):
+            return False
+    for handler in node.handlers:
+        if handler.type is None:
+            return False
+        caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        for error in caught:
+            name = error.id if isinstance(error, ast.Name) else getattr(error, "attr", None)
+            if name is None or name in _PROGRAM_ERRORS:
+                return False
+        if not all(isinstance(s, ast.Pass | ast.Expr) for s in handler.body):
+            return False
+    return True
+
+
 def _is_test(node: ast.stmt) -> bool:
     """Whether a top-level statement is a test rather than part of the code."""
-    if isinstance(node, ast.Assert):
+    if isinstance(node, ast.Assert) or _raise_check(node):
         return True
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         return node.name.startswith("test")

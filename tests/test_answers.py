@@ -121,6 +121,23 @@ def test_extract_text(text: str, expected: str) -> None:
         ),
         pytest.param("```python\ndef f(:\n```", "def f(:", "", id="syntax-error-is-code"),
         pytest.param(
+            f"```python\n{FIB}\n\ntry:\n    fib(-1)\nexcept ValueError as e:\n    print(e)\n"
+            f"```\n```python\n{FIB_TESTS}\n```",
+            FIB,
+            f"try:\n    fib(-1)\nexcept ValueError as e:\n    print(e)\n\n{FIB_TESTS}",
+            id="raise-check-in-the-code-block-is-a-test",
+        ),
+        pytest.param(
+            f"```python\ntry:\n    import numpy\nexcept ImportError:\n    pass\n\n{FIB}\n\n"
+            "try:\n    print(fib(int(input())))\nexcept ValueError:\n    pass\n\n"
+            "try:\n    fib(3)\nexcept Exception:\n    pass\n```",
+            "try:\n    import numpy\nexcept ImportError:\n    pass\n\n"
+            f"{FIB}\n\ntry:\n    print(fib(int(input())))\nexcept ValueError:\n    pass\n\n"
+            "try:\n    fib(3)\nexcept Exception:\n    pass",
+            "",
+            id="a-programs-own-try-is-code",
+        ),
+        pytest.param(
             f'```python\n{FIB}\n\n# Tests\nassert fib(1) == 1\nassert fib("]) == 0\n```',
             FIB,
             '# Tests\nassert fib(1) == 1\nassert fib("]) == 0',
@@ -168,6 +185,10 @@ def test_join_and_split_round_trip() -> None:
             ],
         ),
         ("assert f(1)\nassert f(1)  # again\nassert f(2)", ["assert f(1)", "assert f(2)"]),
+        (  # a raise check without an assert is a test of its own, not setup for the next
+            "try:\n    r = f(-1)\nexcept (ValueError, TypeError):\n    pass\nassert f(2)",
+            ["try:\n    r = f(-1)\nexcept (ValueError, TypeError):\n    pass", "assert f(2)"],
+        ),
         ("assert f(1)\nassert f([1, 2", ["assert f(1)"]),  # cut off: the lines that parse
         ("for x in [1, 2]:\n    assert x", ["for x in [1, 2]:\n    assert x"]),
         ("assert f(\n", ["assert f(\n"]),

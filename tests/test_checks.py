@@ -578,6 +578,41 @@ async def test_a_refinement_that_drops_the_test_it_fails_does_not_win_a_tie() ->
     assert (line["chosen_iteration"], line["output"]) == (0, ADD)
 
 
+CHUNK = (
+    "def chunk(items, size):\n"
+    "    if size < 1:\n"
+    "        raise ValueError('size must be at least 1')\n"
+    "    return [items[i:i + size] for i in range(0, len(items), size)]"
+)
+
+
+@pytest.mark.anyio
+async def test_a_raise_check_written_in_the_code_block_protects_the_draft() -> None:
+    """`try: chunk([1], 0)` / `except ValueError: pass` after the code is a test: a
+    refinement raising another error breaks it, and the critic's better score for that
+    refinement does not make it the output."""
+    raise_check = "try:\n    chunk([1], 0)\nexcept ValueError:\n    pass"
+    asserted = CHUNK.replace("if size < 1:\n        raise ValueError(", "assert size >= 1, (")
+    tests = "assert chunk([1, 2, 3], 2) == [[1, 2], [3]]"
+    outcome, _ = await loop(
+        dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False),
+        [
+            answer(f"{CHUNK}\n\n{raise_check}", tests),
+            critic(done=False, score=6, action="use an assert"),
+            answer(asserted, tests),
+            critic(done=True, score=10),  # vetoed: the raise check fails
+            answer(asserted, tests),  # identical: the loop stops
+        ],
+    )
+    draft, refined = outcome.steps[0], outcome.steps[2]
+    assert draft.metrics is not None and draft.metrics["tests_total"] == 2
+    assert refined.checks and "chunk([1], 0)" in refined.checks[0]
+    assert "AssertionError" in refined.checks[0]
+    line = outcome.output_line()
+    assert (line["chosen_iteration"], line["output"]) == (0, CHUNK)
+    assert raise_check in line["tests"]
+
+
 @pytest.mark.anyio
 async def test_answers_passing_every_pooled_test_are_chosen_by_the_critic() -> None:
     """When more than one answer passes every test written, the choice is the usual one:
