@@ -95,14 +95,20 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
 
 
 def _failing(unit: str, why: str) -> str:
-    """The finding for a failing test; for one that compares a result with a new exception
-    object (it cannot pass, whatever the code does), how to test that the call raises."""
+    """The finding for a failing test; for one that compares a result with an exception (a
+    new one cannot pass, whatever the code does; the class fails code that raises it), how
+    to test that the call raises."""
     meant = answers.raise_compared_as_value(unit)
     if meant is None:
         return f"Failing test {why}."
-    call, error = meant
+    call, error, instance = meant
+    why_not = (
+        f"cannot pass: a new {error} object equals only itself"
+        if instance
+        else f"compares the result with the class {error}: code that raises {error} fails it"
+    )
     return (
-        f"The test `{' '.join(unit.split())[:120]}` cannot pass: a new {error} object equals "
-        f"only itself. To test that `{call[:80]}` raises {error}: under `try:` call it, "
-        f"then `assert False`; under `except {error}:` `pass`."
+        f"The test `{' '.join(unit.split())[:120]}` {why_not}. To test that `{call[:80]}` "
+        f"raises {error}: under `try:` call it, then `assert False`; under "
+        f"`except {error}:` `pass`."
     )

@@ -21,12 +21,14 @@ import sys
 import textwrap
 import tokenize
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 __all__ = [
     "EXTRACT_MODES",
     "FAILED_TESTS",
     "POOLED_TESTS",
     "TESTS_MARKER",
+    "RaiseAsValue",
     "carry_tests",
     "comment_commentary",
     "extract",
@@ -516,12 +518,21 @@ def pooled_tests(programs: Iterable[str]) -> list[str]:
     return list(pool.values())
 
 
-def raise_compared_as_value(unit: str) -> tuple[str, str] | None:
-    """(call, exception) when the test ``unit`` ends in ``assert CALL == SomeError(...)``.
+class RaiseAsValue(NamedTuple):
+    """A test that compares a call's result with an exception instead of testing the raise."""
 
-    Such a test cannot pass: a new exception object equals only itself, so the result of
-    a call that returns is never equal to it, and a call that raises, as the test meant
-    it to, fails it with that exception.
+    call: str  # the call's source
+    error: str  # the exception's name
+    instance: bool  # compared with a new exception object, not the class itself
+
+
+def raise_compared_as_value(unit: str) -> RaiseAsValue | None:
+    """The call and exception when the test ``unit`` ends in ``assert CALL == SomeError(...)``
+    or ``assert CALL == SomeError``.
+
+    A new exception object equals only itself, so the first can never pass; a call that
+    raises, as the test meant it to, fails either with that exception (the second passes
+    only for code that returns the class itself, which no request asks for).
     """
     tree = _parse(unit)
     if tree is None or not tree.body or not isinstance(tree.body[-1], ast.Assert):
@@ -530,15 +541,17 @@ def raise_compared_as_value(unit: str) -> tuple[str, str] | None:
     if not isinstance(test, ast.Compare) or [type(op) for op in test.ops] != [ast.Eq]:
         return None
     right = test.comparators[0]
-    if not isinstance(right, ast.Call) or not isinstance(right.func, ast.Name):
+    instance = isinstance(right, ast.Call)
+    named = right.func if isinstance(right, ast.Call) else right
+    if not isinstance(named, ast.Name):
         return None
-    name = right.func.id
+    name = named.id
     known = getattr(builtins, name, None)
     if not (isinstance(known, type) and issubclass(known, BaseException)) and not name.endswith(
         ("Error", "Exception")
     ):
         return None
-    return ast.unparse(test.left), name
+    return RaiseAsValue(ast.unparse(test.left), name, instance)
 
 
 def carry_tests(program: str, kept: Sequence[str]) -> str:

@@ -334,10 +334,12 @@ def test_a_tests_block_cut_off_keeps_the_tests_before_the_cut() -> None:
 @pytest.mark.parametrize(
     ("unit", "meant"),
     [
-        ('assert f("") == ValueError("empty")', ("f('')", "ValueError")),
-        ("data = [1]\nassert pop(data, 5) == IndexError()", ("pop(data, 5)", "IndexError")),
-        ("assert parse('x') == ParseError('bad')", ("parse('x')", "ParseError")),
-        ("assert f(1) == ValueError", None),  # the class itself: f may return it
+        ('assert f("") == ValueError("empty")', ("f('')", "ValueError", True)),
+        ("data = [1]\nassert pop(data, 5) == IndexError()", ("pop(data, 5)", "IndexError", True)),
+        ("assert parse('x') == ParseError('bad')", ("parse('x')", "ParseError", True)),
+        ("assert f(1) == ValueError", ("f(1)", "ValueError", False)),  # the class itself
+        ("assert f(1) == value", None),
+        ("assert f(1) == errors.ValueError", None),
         ("assert f(1) != ValueError('x')", None),
         ("assert f(1) == Point(1, 2)", None),
         ("assert f(1) == 2", None),
@@ -346,7 +348,8 @@ def test_a_tests_block_cut_off_keeps_the_tests_before_the_cut() -> None:
     ],
 )
 def test_a_raise_compared_as_a_value_is_recognised(
-    unit: str, meant: tuple[str, str] | None
+    unit: str, meant: tuple[str, str, bool] | None
 ) -> None:
-    """``assert f(x) == SomeError(...)`` cannot pass (a new exception equals only itself)."""
+    """``assert f(x) == SomeError(...)`` cannot pass (a new exception equals only itself), and
+    ``assert f(x) == SomeError`` fails code that raises."""
     assert raise_compared_as_value(unit) == meant

@@ -780,6 +780,20 @@ ADD = "def add(a, b):\n    return a + b"
                 "Fix the code",
             ],
         ),
+        (  # a raise tested against the class: code that raises fails it
+            join(
+                "def half(n):\n    if n % 2:\n        raise ValueError('odd')\n    return n // 2",
+                "assert half(2) == 1\nassert half(3) == ValueError",
+            ),
+            (1, 2, ["assert half(3) == ValueError"]),
+            [
+                "The test `assert half(3) == ValueError` compares the result with the class "
+                "ValueError: code that raises ValueError fails it. To test that `half(3)` "
+                "raises ValueError: under `try:` call it, then `assert False`; under "
+                "`except ValueError:` `pass`.",
+                "Fix the code",
+            ],
+        ),
         (  # cut off at max_tokens inside one test function: its finished asserts run
             join(
                 ADD,
