@@ -21,7 +21,7 @@ import sys
 import textwrap
 import tokenize
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "EXTRACT_MODES",
@@ -38,6 +38,7 @@ __all__ = [
     "meta_commentary",
     "normalized",
     "pooled_tests",
+    "probe_calls",
     "raise_compared_as_value",
     "split",
     "split_tests",
@@ -516,6 +517,69 @@ def pooled_tests(programs: Iterable[str]) -> list[str]:
         for unit in split_tests(split(program)[1]):
             pool.setdefault(normalized(unit), unit)
     return list(pool.values())
+
+
+PROBE_LIMIT = 200  # calls at most that ``probe_calls`` returns
+
+
+def _variants(arg: ast.expr) -> list[ast.expr]:
+    """Small changes of a literal argument: a number made 0, negated or moved by one; a
+    string emptied, shortened, its first or last character doubled, its case changed or
+    reversed; a list or tuple emptied, cut to its first item, without its last, reversed,
+    its first item doubled. Nothing for anything else."""
+    if isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub):
+        operand = arg.operand
+        if isinstance(operand, ast.Constant) and isinstance(operand.value, int | float):
+            arg = ast.Constant(-operand.value)
+    if isinstance(arg, ast.Constant):
+        v = arg.value
+        values: list[Any]
+        if isinstance(v, bool):
+            values = [not v]
+        elif isinstance(v, int):
+            values = [0, -v, v + 1, v - 1]
+        elif isinstance(v, float):
+            values = [0.0, -v]
+        elif isinstance(v, str):
+            values = ["", v[1:], v[:-1], v[:1] + v, v + v[-1:], v.upper(), v.lower(), v[::-1]]
+        else:
+            return []
+        return [ast.Constant(x) for x in values if x != v or type(x) is not type(v)]
+    if isinstance(arg, ast.List | ast.Tuple):
+        items = arg.elts
+        forms = [[], items[:1], items[:-1], items[::-1], items[:1] + items]
+        return [type(arg)(elts=list(form), ctx=ast.Load()) for form in forms]
+    return []
+
+
+def probe_calls(programs: Sequence[str], limit: int = PROBE_LIMIT) -> list[str]:
+    """Calls to run each program's code on, to tell whether two programs behave alike
+    beyond what their tests assert: every call of the programs' own functions in their
+    pooled tests, then each of them with one literal argument changed a little (see
+    ``_variants``), at most ``limit``, each once."""
+    names: set[str] = set()
+    for program in programs:
+        tree = _parse(split(program)[0])
+        names |= _defined(tree) if tree is not None else set()
+    calls: list[str] = []
+    variants: list[str] = []
+    for unit in pooled_tests(programs):
+        tree = _parse(unit)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in names
+            ):
+                continue
+            calls.append(ast.unparse(node))
+            for i, arg in enumerate(node.args):
+                for changed in _variants(arg):
+                    args = [*node.args[:i], changed, *node.args[i + 1 :]]
+                    variants.append(ast.unparse(ast.Call(node.func, args, node.keywords)))
+    return list(dict.fromkeys(calls + variants))[:limit]
 
 
 class RaiseAsValue(NamedTuple):

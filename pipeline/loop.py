@@ -10,6 +10,7 @@ resumed record never repeats a call.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,7 +36,7 @@ from .errors import CallError, FatalCallError, FeedbackParseError
 from .feedback import parse_feedback, render_feedback
 from .jobs import Job, render
 from .records import Record
-from .sandbox import run_tests, syntax_problem
+from .sandbox import run_calls, run_tests, syntax_problem
 
 __all__ = [
     "Call",
@@ -172,21 +173,37 @@ def _breaks_passed_tests(answers: Sequence[Step]) -> set[int]:
 
 
 def pooled(programs: Sequence[str]) -> dict[str, Any]:
-    """How many of the tests all ``programs`` carry each program's code passes.
+    """How many of the tests all ``programs`` carry each program's code passes, and how
+    each behaves on calls near those the tests make.
 
-    The value of the ``tests_pooled`` metric: ``{"total": tests, "passed": [per program]}``.
-    Code that does not parse, or fails before any test runs, passes none.
+    The value of the ``tests_pooled`` metric: ``{"total": tests, "passed": [per program],
+    "behaviour": [per program]}``. Code that does not parse, or fails before any test
+    runs, passes none. A behaviour is a digest of what the code gave on every call of
+    ``answers.probe_calls`` (equal digests: the same results on all of them), or None
+    when the calls could not run.
     """
     pool = artifacts.pooled_tests(programs)
-    passed = []
+    probes = artifacts.probe_calls(programs)
+    passed: list[int] = []
+    behaviour: list[str | None] = []
     for program in programs:
         code = artifacts.split(program)[0]
-        if not pool or not code.strip() or syntax_problem(code) is not None:
+        if not code.strip() or syntax_problem(code) is not None:
             passed.append(0)
+            behaviour.append(None)
             continue
-        run = run_tests(code, pool)  # the limits the job's check ran its own tests under
-        passed.append(0 if run.error is not None else run.passed)
-    return {"total": len(pool), "passed": passed}
+        if pool:
+            run = run_tests(code, pool)  # the limits the job's check ran its own tests under
+            passed.append(0 if run.error is not None else run.passed)
+        else:
+            passed.append(0)
+        results = run_calls(code, probes)
+        behaviour.append(
+            None
+            if results is None
+            else hashlib.sha256("\x00".join(results).encode()).hexdigest()[:16]
+        )
+    return {"total": len(pool), "passed": passed, "behaviour": behaviour}
 
 
 def _pool(answers: Sequence[Step]) -> tuple[int, list[int]] | None:
@@ -199,6 +216,16 @@ def _pool(answers: Sequence[Step]) -> tuple[int, list[int]] | None:
     if not isinstance(total, int) or not isinstance(passed, list) or len(passed) != len(answers):
         return None
     return (total, passed) if all(isinstance(p, int) for p in passed) else None
+
+
+def _behaviour(answers: Sequence[Step]) -> list[str | None] | None:
+    """Each answer's behaviour digest as the last answer's evaluation recorded it (see
+    ``pooled``); None when it did not (a trace written before)."""
+    value = (answers[-1].metrics or {}).get(artifacts.POOLED_TESTS)
+    digests = value.get("behaviour") if isinstance(value, dict) else None
+    if not isinstance(digests, list) or len(digests) != len(answers):
+        return None
+    return [d if isinstance(d, str) else None for d in digests]
 
 
 def _normalized(text: str | None) -> str:
@@ -302,6 +329,15 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
             return answers[kept[0]].iteration, scores[kept[0]], scores
     passing = [i for i in kept if answers[i].checks == []]
     candidates = passing or _most_tests_passed(answers, kept)
+    behaviour = _behaviour(answers) if pool is not None else None
+    if behaviour is not None:
+        # Passing every test written, a later answer replaces the earliest candidate only
+        # when it does the same on calls near those the tests make: a faster or clearer
+        # refinement, not one that changed what no test asserts.
+        first = behaviour[candidates[0]]
+        candidates = [i for i in candidates if i == candidates[0] or behaviour[i] == first]
+        if first is None:
+            candidates = candidates[:1]
     best: int | None = None
     for i in candidates:
         sc = scores[i]

@@ -48,6 +48,7 @@ __all__ = [
     "MAX_OUTPUT_BYTES",
     "SandboxResult",
     "TestsRun",
+    "run_calls",
     "run_python",
     "run_tests",
     "syntax_problem",
@@ -300,6 +301,70 @@ def run_tests(
         reported.append(f"stopped the run: {run.error or 'no result'}")
         reported += ["not run: an earlier test stopped the run"] * (len(tests) - len(reported))
     return TestsRun(tuple(reported[: len(tests)]))
+
+
+# Each call's result as text: its repr (sets sorted, so that runs with different hash
+# seeds agree), or the name of the exception it raised, or "timeout".
+_CALLS_HARNESS: Final = r"""
+def __refine_calls__(sources, per_call_s):
+    import signal
+
+    class CallTimeout(BaseException):
+        pass
+
+    def alarm(signum, frame):
+        raise CallTimeout()
+
+    def shown(value):
+        if isinstance(value, set | frozenset):
+            return type(value).__name__ + repr(sorted(repr(v) for v in value))
+        return repr(value)
+
+    namespace = globals()
+    signal.signal(signal.SIGALRM, alarm)
+    results = []
+    for source in sources:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, per_call_s)
+            try:
+                text = shown(eval(source, namespace))
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except CallTimeout:
+            text = "timeout"
+        except BaseException as err:
+            text = "raises " + type(err).__name__
+        results.append(text[:300])
+    return results
+"""
+
+
+def run_calls(
+    code: str,
+    calls: Sequence[str],
+    *,
+    timeout_s: float = TESTS_TIMEOUT_S,
+    per_call_s: float = 0.5,
+    memory_mb: int = TESTS_MEMORY_MB,
+) -> tuple[str, ...] | None:
+    """Run ``code``, then evaluate each call expression in its namespace: what each gave,
+    as text (its repr, ``raises ValueError``, ``timeout``). None when the program failed
+    before the calls ran or the run as a whole did not finish. Never raises for anything
+    the program does.
+    """
+    if not calls:
+        return ()
+    call = f"exec({_CALLS_HARNESS!r}) or __refine_calls__({list(calls)!r}, {per_call_s!r})"
+    run = run_python(code, call=call, timeout_s=timeout_s, memory_mb=memory_mb)
+    if run.value is None:
+        return None
+    try:
+        value = orjson.loads(run.value)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, list) or len(value) != len(calls):
+        return None
+    return tuple(str(v) for v in value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from pipeline.answers import (
     join,
     meta_commentary,
     normalized,
+    probe_calls,
     raise_compared_as_value,
     split,
     split_tests,
@@ -353,3 +354,21 @@ def test_a_raise_compared_as_a_value_is_recognised(
     """``assert f(x) == SomeError(...)`` cannot pass (a new exception equals only itself), and
     ``assert f(x) == SomeError`` fails code that raises."""
     assert raise_compared_as_value(unit) == meant
+
+
+def test_probe_calls_are_the_tests_calls_and_small_changes_of_their_arguments() -> None:
+    """Every call of the code's own functions in the tests, then each with one literal
+    argument changed a little; calls of other functions are left out, each call once."""
+    program = join(
+        "def valid(s, n=1):\n    return bool(s)\ndef pair(xs, k):\n    return xs[:k]",
+        "assert valid('0.1')\nassert len(pair([3, 4], -2)) == 0\nassert valid('0.1')",
+    )
+    calls = probe_calls([program])
+    assert calls[:2] == ["valid('0.1')", "pair([3, 4], -2)"]
+    assert {"valid('')", "valid('00.1')", "valid('0.11')", "valid('1.0')"} <= set(calls)
+    assert {"pair([], -2)", "pair([4, 3], -2)", "pair([3, 3, 4], -2)", "pair([3, 4], 2)"} <= set(
+        calls
+    )
+    assert not any(c.startswith("len(") for c in calls)
+    assert len(calls) == len(set(calls))
+    assert len(probe_calls([program], limit=3)) == 3

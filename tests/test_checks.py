@@ -501,6 +501,17 @@ async def test_copy_retry_without_check_findings_shows_the_critics_actions() -> 
 LESS_THAN = "def add(a, b):\n    return a + b if a < b else 0"
 
 
+def counts_of(value: Mapping[str, Any]) -> dict[str, Any]:
+    """The pooled tests' total and passes (without the behaviour digests)."""
+    return {"total": value["total"], "passed": value["passed"]}
+
+
+def counts(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An answer's tests_pooled metric: total and passes."""
+    assert metrics is not None
+    return counts_of(metrics["tests_pooled"])
+
+
 @pytest.mark.anyio
 async def test_answers_passing_fewer_of_the_pooled_tests_are_not_chosen() -> None:
     """Judged on every test any answer wrote, a draft that passed its one weak test loses to
@@ -522,8 +533,8 @@ async def test_answers_passing_fewer_of_the_pooled_tests_are_not_chosen() -> Non
     assert draft.checks == [] and refined.checks
     # the pool: add(1,2)==3, add(2,1)==3, add(3,1)==4, add(1,1)==3
     assert draft.metrics is not None and refined.metrics is not None
-    assert draft.metrics["tests_pooled"] == {"total": 1, "passed": [1]}
-    assert refined.metrics["tests_pooled"] == {"total": 4, "passed": [1, 3]}
+    assert counts(draft.metrics) == {"total": 1, "passed": [1]}
+    assert counts(refined.metrics) == {"total": 4, "passed": [1, 3]}
     line = outcome.output_line()
     assert (line["chosen_iteration"], line["output"]) == (1, ADD)
     last = outcome.steps[-1]  # the identical answer, judged with the others
@@ -550,7 +561,7 @@ async def test_when_no_answer_passes_every_pooled_test_a_tie_keeps_the_earlier_a
     assert draft.metrics is not None and refined.metrics is not None
     assert (draft.metrics["tests_passed"], refined.metrics["tests_passed"]) == (1, 2)
     # the pool: add(1,2)==3, add(2,2)==5, add(2,2)==0, add(5,1)==6
-    assert refined.metrics["tests_pooled"] == {"total": 4, "passed": [2, 2]}
+    assert counts(refined.metrics) == {"total": 4, "passed": [2, 2]}
     line = outcome.output_line()
     assert (line["chosen_iteration"], line["output"]) == (0, ADD)
 
@@ -573,7 +584,7 @@ async def test_a_refinement_that_drops_the_test_it_fails_does_not_win_a_tie() ->
     draft, refined = outcome.steps[0], outcome.steps[2]
     assert draft.checks and refined.checks == []
     assert refined.metrics is not None
-    assert refined.metrics["tests_pooled"] == {"total": 2, "passed": [1, 1]}
+    assert counts(refined.metrics) == {"total": 2, "passed": [1, 1]}
     line = outcome.output_line()
     assert (line["chosen_iteration"], line["output"]) == (0, ADD)
 
@@ -615,8 +626,8 @@ async def test_a_raise_check_written_in_the_code_block_protects_the_draft() -> N
 
 @pytest.mark.anyio
 async def test_answers_passing_every_pooled_test_are_chosen_by_the_critic() -> None:
-    """When more than one answer passes every test written, the choice is the usual one:
-    the best-scored (a refinement for readability is kept)."""
+    """When more than one answer passes every test written and they behave alike, the
+    choice is the usual one: the best-scored (a refinement for readability is kept)."""
     renamed = ADD.replace("a, b", "x, y").replace("a + b", "x + y")
     outcome, _ = await loop(
         dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False),
@@ -628,8 +639,44 @@ async def test_answers_passing_every_pooled_test_are_chosen_by_the_critic() -> N
         ],
     )
     assert outcome.steps[2].metrics is not None
-    assert outcome.steps[2].metrics["tests_pooled"] == {"total": 2, "passed": [2, 2]}
+    assert counts(outcome.steps[2].metrics) == {"total": 2, "passed": [2, 2]}
+    first, second = outcome.steps[2].metrics["tests_pooled"]["behaviour"]
+    assert first is not None and first == second  # the same results on every probe
     assert (outcome.output_line()["chosen_iteration"], outcome.output) == (1, renamed)
+
+
+STRICT = (  # no leading zeros, as the request asks
+    "def valid(s):\n    parts = s.split('.')\n"
+    "    return len(parts) == 4 and all(\n"
+    "        p.isdigit() and (p == '0' or not p.startswith('0')) for p in parts\n    )"
+)
+LOOSE = (  # any digits
+    "def valid(s):\n    parts = s.split('.')\n"
+    "    return len(parts) == 4 and all(p.isdigit() for p in parts)"
+)
+
+
+@pytest.mark.anyio
+async def test_a_refinement_that_changes_what_no_test_asserts_is_not_chosen() -> None:
+    """Both answers pass every test written, and the critic scores the refinement higher,
+    but on a call near one the tests make (`valid('00.0.0.0')`) the refinement gives
+    another result: the draft stays the output."""
+    tests = "assert valid('0.0.0.0')\nassert not valid('1.2.3')"
+    outcome, _ = await loop(
+        dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False),
+        [
+            answer(STRICT, tests),
+            critic(done=False, score=5, action="drop the leading-zero rule: simpler"),
+            answer(LOOSE, tests),
+            critic(done=True, score=9),
+        ],
+    )
+    refined = outcome.steps[2]
+    assert counts(refined.metrics) == {"total": 2, "passed": [2, 2]}
+    assert refined.metrics is not None
+    first, second = refined.metrics["tests_pooled"]["behaviour"]
+    assert first is not None and second is not None and first != second
+    assert (outcome.output_line()["chosen_iteration"], outcome.output) == (0, STRICT)
 
 
 def test_pooled_counts_code_that_cannot_run_as_passing_nothing() -> None:
@@ -644,5 +691,5 @@ def test_pooled_counts_code_that_cannot_run_as_passing_nothing() -> None:
         join("raise SystemExit(3)", "assert add(1, 2) == 3"),  # a repeated test counts once
         join(SUB, ""),  # no tests of its own: judged on the others'
     ]
-    assert pooled(programs) == {"total": 2, "passed": [2, 0, 0, 1]}
-    assert pooled([join(ADD, "")]) == {"total": 0, "passed": [0]}
+    assert counts_of(pooled(programs)) == {"total": 2, "passed": [2, 0, 0, 1]}
+    assert counts_of(pooled([join(ADD, "")])) == {"total": 0, "passed": [0]}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.sandbox import MAX_OUTPUT_BYTES, SandboxResult, run_python, run_tests
+from pipeline.sandbox import MAX_OUTPUT_BYTES, SandboxResult, run_calls, run_python, run_tests
 
 
 def test_stdout_is_captured() -> None:
@@ -283,3 +283,27 @@ def test_cpu_time_is_the_programs_own() -> None:
     busy = run_python("total = 0\nfor i in range(3_000_000):\n    total += i")
     assert idle.cpu_s is not None and busy.cpu_s is not None
     assert idle.cpu_s < 0.01 < busy.cpu_s
+
+
+def test_run_calls_gives_each_calls_result_as_text() -> None:
+    """Each call's repr (a set's items sorted, whatever the hash seed), the error it raised,
+    or a timeout; the calls after a failing one still run."""
+    code = (
+        "def f(x):\n    if x < 0:\n        raise ValueError(x)\n    return {str(x), 'a', 'b'}\n"
+        "def spin():\n    while True:\n        pass"
+    )
+    got = run_calls(code, ["f(1)", "f(-1)", "spin()", "missing()", "f(2)"], per_call_s=0.2)
+    assert got == (
+        "set[\"'1'\", \"'a'\", \"'b'\"]",
+        "raises ValueError",
+        "timeout",
+        "raises NameError",
+        "set[\"'2'\", \"'a'\", \"'b'\"]",
+    )
+    assert run_calls(code, []) == ()
+
+
+def test_run_calls_is_none_when_the_program_fails_before_the_calls() -> None:
+    """A program that raises at import, or never finishes, gives no results at all."""
+    assert run_calls("raise SystemExit(3)", ["1 + 1"]) is None
+    assert run_calls("while True:\n    pass", ["1 + 1"], timeout_s=1.0) is None

@@ -14,7 +14,7 @@ def traced_answers(run_dir: Path) -> int:
 
     A server's count of answered calls minus this is the calls made again after a crash;
     identical requests are no such measure (a loop asks again on purpose when an answer
-    copied the previous one, and that answer is a step too).
+    copied the previous one or was cut off at max_tokens, and that answer is a step too).
     """
     with (run_dir / "traces.jsonl").open("rb") as fh:
         return sum(
