@@ -303,11 +303,12 @@ def run_tests(
     return TestsRun(tuple(reported[: len(tests)]))
 
 
-# Each call's result as text: its repr (sets sorted, so that runs with different hash
-# seeds agree), or the name of the exception it raised, or "timeout".
+# Each call's result as text: its repr (sets sorted and memory addresses left out, so
+# that two runs of the same code agree), or the name of the exception it raised, or
+# "timeout".
 _CALLS_HARNESS: Final = r"""
 def __refine_calls__(sources, per_call_s):
-    import signal
+    import re, signal
 
     class CallTimeout(BaseException):
         pass
@@ -334,7 +335,7 @@ def __refine_calls__(sources, per_call_s):
             text = "timeout"
         except BaseException as err:
             text = "raises " + type(err).__name__
-        results.append(text[:300])
+        results.append(re.sub(r" at 0x[0-9a-fA-F]+", "", text)[:300])
     return results
 """
 

@@ -301,6 +301,10 @@ def test_run_calls_gives_each_calls_result_as_text() -> None:
         "set[\"'2'\", \"'a'\", \"'b'\"]",
     )
     assert run_calls(code, []) == ()
+    assert run_calls("class P:\n    pass", ["P()", "P"]) == (
+        "<__main__.P object>",
+        "<class '__main__.P'>",
+    )
 
 
 def test_run_calls_is_none_when_the_program_fails_before_the_calls() -> None:
