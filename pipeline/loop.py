@@ -310,8 +310,10 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
     the tests' evidence, never on a critic's score alone, nor on passing its own checks
     (which it may do by dropping the tests it failed). Among the rest, those that pass the
     job's checks are candidates; when none does, those that pass the most of their own
-    tests (all of them for answers without tests, or when the job has no checks): the
-    best-scored wins, ties going to the later one; without scores, the last.
+    tests (all of them for answers without tests, or when the job has no checks). Where
+    the answers carry tests, a later candidate stays one only if it behaves as the
+    earliest does on the calls near the tests (``pooled``'s behaviour digests). The
+    best-scored candidate wins, ties going to the later one; without scores, the last.
     """
     answers = _answers(steps)
     if not answers:
