@@ -552,18 +552,18 @@ def _variants(arg: ast.expr) -> list[ast.expr]:
     return []
 
 
-def probe_calls(programs: Sequence[str], limit: int = PROBE_LIMIT) -> list[str]:
-    """Calls to run each program's code on, to tell whether two programs behave alike
-    beyond what their tests assert: every call of the programs' own functions in their
-    pooled tests, then each of them with one literal argument changed a little (see
+def probe_calls(codes: Sequence[str], tests: Sequence[str], limit: int = PROBE_LIMIT) -> list[str]:
+    """Calls to run each code on, to tell whether two codes behave alike beyond what
+    their ``tests`` (the pooled tests) assert: every call of the codes' own functions in
+    the tests, then each of them with one literal argument changed a little (see
     ``_variants``), at most ``limit``, each once."""
     names: set[str] = set()
-    for program in programs:
-        tree = _parse(split(program)[0])
+    for code in codes:
+        tree = _parse(code)
         names |= _defined(tree) if tree is not None else set()
     calls: list[str] = []
     variants: list[str] = []
-    for unit in pooled_tests(programs):
+    for unit in tests:
         tree = _parse(unit)
         if tree is None:
             continue

@@ -183,11 +183,11 @@ def pooled(programs: Sequence[str]) -> dict[str, Any]:
     when the calls could not run.
     """
     pool = artifacts.pooled_tests(programs)
-    probes = artifacts.probe_calls(programs)
+    codes = [artifacts.split(program)[0] for program in programs]
+    probes = artifacts.probe_calls(codes, pool)
     passed: list[int] = []
     behaviour: list[str | None] = []
-    for program in programs:
-        code = artifacts.split(program)[0]
+    for code in codes:
         if not code.strip() or syntax_problem(code) is not None:
             passed.append(0)
             behaviour.append(None)
@@ -336,10 +336,12 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
         # Passing every test written, a later answer replaces the earliest candidate only
         # when it does the same on calls near those the tests make: a faster or clearer
         # refinement, not one that changed what no test asserts.
-        first = behaviour[candidates[0]]
-        candidates = [i for i in candidates if i == candidates[0] or behaviour[i] == first]
-        if first is None:
-            candidates = candidates[:1]
+        first = behaviour[candidates[0]]  # None: its calls did not run, so none is like it
+        candidates = [
+            i
+            for i in candidates
+            if i == candidates[0] or (first is not None and behaviour[i] == first)
+        ]
     best: int | None = None
     for i in candidates:
         sc = scores[i]

@@ -363,7 +363,8 @@ def test_probe_calls_are_the_tests_calls_and_small_changes_of_their_arguments() 
         "def valid(s, n=1):\n    return bool(s)\ndef pair(xs, k):\n    return xs[:k]",
         "assert valid('0.1')\nassert len(pair([3, 4], -2)) == 0\nassert valid('0.1')",
     )
-    calls = probe_calls([program])
+    code, tests = split(program)
+    calls = probe_calls([code], split_tests(tests))
     assert calls[:2] == ["valid('0.1')", "pair([3, 4], -2)"]
     assert {"valid('')", "valid('00.1')", "valid('0.11')", "valid('1.0')"} <= set(calls)
     assert {"pair([], -2)", "pair([4, 3], -2)", "pair([3, 3, 4], -2)", "pair([3, 4], 2)"} <= set(
@@ -371,4 +372,4 @@ def test_probe_calls_are_the_tests_calls_and_small_changes_of_their_arguments() 
     )
     assert not any(c.startswith("len(") for c in calls)
     assert len(calls) == len(set(calls))
-    assert len(probe_calls([program], limit=3)) == 3
+    assert len(probe_calls([code], split_tests(tests), limit=3)) == 3

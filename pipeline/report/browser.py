@@ -22,6 +22,7 @@ from typing import IO, Any, Final
 
 import orjson
 
+from ..calls import COPY, CUT_RETRY
 from .source import Key, Pricing, integer, number, record_values
 
 __all__ = [
@@ -38,8 +39,6 @@ INDEX_LIMIT: Final = 100_000  # records listed in the page (filter, search, sort
 DETAIL_LIMIT: Final = 2_000  # records whose iterations are embedded
 TEXT_LIMIT: Final = 20_000  # characters kept of one answer or raw response
 HEAPED_MEASURES: Final = 8  # measures followed for the selection of records to embed
-COPY: Final = "copy"  # error type of a refinement that copied its input and was retried
-CUT_RETRY: Final = "cut_off"  # error type of an answer cut off at max_tokens and asked again
 
 
 @dataclass(slots=True)
