@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline import answers
-from pipeline.sandbox import TestsRun, run_tests, syntax_problem
+from pipeline.sandbox import TestsRun, run_calls, run_tests, syntax_problem
 
 SHOWN_FAILURES = 3  # more failing tests than this are counted, not listed
+SHOWN_STRAY = 2  # calls shown doing what the request does not ask for
 
 
 @functools.lru_cache(maxsize=256)
@@ -91,7 +92,45 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             + "Fix the code so that it does what the request asks; where a test expects a "
             "wrong value, correct the test instead."
         )
+    return found + _stray_effects(fields, code, units)
+
+
+def _stray_effects(fields: Mapping[str, Any], code: str, units: list[str]) -> list[str]:
+    """A finding when the code, on the calls its tests make or small changes of them, does
+    what the request does not ask for: raises an error it does not name where it names the
+    ones to raise (a ``KeyError`` from a dict lookup where the request asks for a
+    ``ValueError`` on bad input), or changes an argument while returning a result (sorts
+    the caller's list) where it does not ask for work in place."""
+    asked = answers.terms(fields)
+    calls = answers.probe_calls([code], units)
+    results = run_calls(code, calls) or ()
+    stray = [
+        (call, effect)
+        for call, result in zip(calls, results, strict=False)
+        if (effect := answers.stray_effect(result, asked)) is not None
+    ]
+    found = []
+    raised = [(call, effect) for call, effect in stray if effect.startswith("raises ")]
+    if raised:
+        names = " or ".join(sorted(asked.errors))
+        found.append(
+            f"{_examples(raised)}: the request names {names} as the error to raise. Where "
+            f"such an input is not valid, check it and raise {names}; where it is valid, "
+            "return the result."
+        )
+    changed = [(call, effect) for call, effect in stray if not effect.startswith("raises ")]
+    if changed:
+        found.append(
+            f"{_examples(changed)}: the caller's value is changed, which the request does "
+            "not ask for. Leave the arguments as they are (work on a copy)."
+        )
     return found
+
+
+def _examples(stray: list[tuple[str, str]]) -> str:
+    shown = "; ".join(f"`{call[:80]}` {effect}" for call, effect in stray[:SHOWN_STRAY])
+    more = len(stray) - SHOWN_STRAY
+    return shown + (f" (and {more} more such call{'' if more == 1 else 's'})" if more > 0 else "")
 
 
 def _failing(unit: str, why: str) -> str:

@@ -20,7 +20,7 @@ import re
 import sys
 import textwrap
 import tokenize
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "POOLED_TESTS",
     "TESTS_MARKER",
     "RaiseAsValue",
+    "Terms",
     "carry_tests",
     "comment_commentary",
     "extract",
@@ -42,6 +43,8 @@ __all__ = [
     "raise_compared_as_value",
     "split",
     "split_tests",
+    "stray_effect",
+    "terms",
     "without_unfinished_test",
 ]
 
@@ -580,6 +583,48 @@ def probe_calls(codes: Sequence[str], tests: Sequence[str], limit: int = PROBE_L
                     args = [*node.args[:i], changed, *node.args[i + 1 :]]
                     variants.append(ast.unparse(ast.Call(node.func, args, node.keywords)))
     return list(dict.fromkeys(calls + variants))[:limit]
+
+
+_ERROR_NAME = re.compile(r"\b[A-Z][A-Za-z0-9_]*(?:Error|Exception)\b")
+_IN_PLACE = re.compile(r"\bin[- ]?place\b", re.IGNORECASE)
+_CHANGED = re.compile(r" \[argument ([0-9, ]+) changed\]$")  # see sandbox.run_calls
+
+
+class Terms(NamedTuple):
+    """What a request allows a function besides returning a value: the exceptions it
+    names ("it must raise ValueError for an empty list"), and whether it asks for work in
+    place (changing the caller's list, say)."""
+
+    errors: frozenset[str] = frozenset()
+    in_place: bool = False
+
+
+def terms(fields: Mapping[str, Any]) -> Terms:
+    """The ``Terms`` of a record's request, read from its text fields: the names ending in
+    ``Error`` or ``Exception``, and "in place" (or "in-place")."""
+    texts = [value for value in fields.values() if isinstance(value, str)]
+    return Terms(
+        frozenset(name for text in texts for name in _ERROR_NAME.findall(text)),
+        any(_IN_PLACE.search(text) for text in texts),
+    )
+
+
+def stray_effect(result: str, asked: Terms) -> str | None:
+    """What a call did that its request does not ask for, from the call's
+    ``sandbox.run_calls`` result: an error raised where the request names the errors to
+    raise and this is none of them nor derives from one (``raises KeyError``; a class of
+    the code's own is shown with its built-in base, ``raises RomanError(ValueError)``), or
+    an argument changed by a call that also returned a value, where the request does not
+    ask for work in place (``changes argument 1``). None when the call did neither."""
+    if result.startswith("raises "):
+        error = result.removeprefix("raises ")
+        name, _, base = error.partition("(")
+        stray = asked.errors and not {name, base.rstrip(")")} & asked.errors
+        return f"raises {error}" if stray else None
+    changed = _CHANGED.search(result)
+    if changed is None or asked.in_place or result[: changed.start()] == "None":
+        return None
+    return f"changes argument {changed.group(1)}"
 
 
 class RaiseAsValue(NamedTuple):

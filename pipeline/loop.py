@@ -172,25 +172,31 @@ def _breaks_passed_tests(answers: Sequence[Step]) -> set[int]:
     return broken
 
 
-def pooled(programs: Sequence[str]) -> dict[str, Any]:
+def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dict[str, Any]:
     """How many of the tests all ``programs`` carry each program's code passes, and how
     each behaves on calls near those the tests make.
 
     The value of the ``tests_pooled`` metric: ``{"total": tests, "passed": [per program],
-    "behaviour": [per program]}``. Code that does not parse, or fails before any test
-    runs, passes none. A behaviour is a digest of what the code gave on every call of
-    ``answers.probe_calls`` (equal digests: the same results on all of them), or None
-    when the calls could not run.
+    "behaviour": [per program], "stray": [per program]}``. Code that does not parse, or
+    fails before any test runs, passes none. A behaviour is a digest of what the code
+    gave on every call of ``answers.probe_calls`` (equal digests: the same results on all
+    of them), or None when the calls could not run; its stray count is how many of those
+    calls did what the request (its ``asked`` terms) does not ask for: raised an error it
+    does not name, changed an argument (``answers.stray_effect``; 0 when the calls did not
+    run).
     """
+    asked = asked or artifacts.Terms()
     pool = artifacts.pooled_tests(programs)
     codes = [artifacts.split(program)[0] for program in programs]
     probes = artifacts.probe_calls(codes, pool)
     passed: list[int] = []
     behaviour: list[str | None] = []
+    stray: list[int] = []
     for code in codes:
         if not code.strip() or syntax_problem(code) is not None:
             passed.append(0)
             behaviour.append(None)
+            stray.append(0)
             continue
         if pool:
             run = run_tests(code, pool)  # the limits the job's check ran its own tests under
@@ -203,7 +209,8 @@ def pooled(programs: Sequence[str]) -> dict[str, Any]:
             if results is None
             else hashlib.sha256("\x00".join(results).encode()).hexdigest()[:16]
         )
-    return {"total": len(pool), "passed": passed, "behaviour": behaviour}
+        stray.append(sum(artifacts.stray_effect(r, asked) is not None for r in results or ()))
+    return {"total": len(pool), "passed": passed, "behaviour": behaviour, "stray": stray}
 
 
 def _pool(answers: Sequence[Step]) -> tuple[int, list[int]] | None:
@@ -226,6 +233,18 @@ def _behaviour(answers: Sequence[Step]) -> list[str | None] | None:
     if not isinstance(digests, list) or len(digests) != len(answers):
         return None
     return [d if isinstance(d, str) else None for d in digests]
+
+
+def _stray(answers: Sequence[Step]) -> list[int] | None:
+    """How many of the calls near the tests each answer made do what the request does not
+    ask for (raise an error it does not name, change an argument), as the last answer's
+    evaluation recorded it (see ``pooled``); None when it did not (a trace written
+    before)."""
+    value = (answers[-1].metrics or {}).get(artifacts.POOLED_TESTS)
+    counts = value.get("stray") if isinstance(value, dict) else None
+    if not isinstance(counts, list) or len(counts) != len(answers):
+        return None
+    return [c if isinstance(c, int) else 0 for c in counts]
 
 
 def _normalized(text: str | None) -> str:
@@ -305,15 +324,18 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
 
     An answer that fails a test an earlier answer passed is never chosen. Where the
     answers carry tests, the rest are judged on all the tests any of them wrote (the
-    pooled tests): only those passing the most of them stay, and when none passes them
-    all, the earliest of those is chosen: a refinement replaces an earlier answer only on
-    the tests' evidence, never on a critic's score alone, nor on passing its own checks
-    (which it may do by dropping the tests it failed). Among the rest, those that pass the
-    job's checks are candidates; when none does, those that pass the most of their own
-    tests (all of them for answers without tests, or when the job has no checks). Where
-    the answers carry tests, a later candidate stays one only if it behaves as the
-    earliest does on the calls near the tests (``pooled``'s behaviour digests). The
-    best-scored candidate wins, ties going to the later one; without scores, the last.
+    pooled tests): only those passing the most of them stay, of those the ones that on the
+    calls near the tests least often do what the request does not ask (raise a
+    ``KeyError`` where it names ``ValueError``, sort the caller's list while returning a
+    median), and when none passes them all, the earliest of those is chosen: a refinement
+    replaces an earlier answer only on what running them showed, never on a critic's
+    score alone, nor on passing its own checks (which it may do by dropping the tests it
+    failed). Among the rest, those that pass the job's checks are candidates; when none
+    does, those that pass the most of their own tests (all of them for answers without
+    tests, or when the job has no checks). Where the answers carry tests, a later
+    candidate stays one only if it behaves as the earliest does on the calls near the
+    tests (``pooled``'s behaviour digests). The best-scored candidate wins, ties going to
+    the later one; without scores, the last.
     """
     answers = _answers(steps)
     if not answers:
@@ -327,6 +349,10 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
         total, passed = pool
         most = max(passed[i] for i in kept)
         kept = [i for i in kept if passed[i] == most]
+        stray = _stray(answers)
+        if stray is not None:  # then those doing the fewest things the request does not ask
+            fewest = min(stray[i] for i in kept)
+            kept = [i for i in kept if stray[i] == fewest]
         if most < total:  # no answer passes every test written: the tests decide, not the critic
             return answers[kept[0]].iteration, scores[kept[0]], scores
     passing = [i for i in kept if answers[i].checks == []]
@@ -624,7 +650,8 @@ async def make_step(
         # An answer (not a copy to retry) whose tests ran: how it and every earlier answer
         # fare on the tests all of them wrote, for choose.
         programs = [a.output or "" for a in answers] + [output]
-        metrics[artifacts.POOLED_TESTS] = await anyio.to_thread.run_sync(pooled, programs)
+        asked = artifacts.terms(record.fields)
+        metrics[artifacts.POOLED_TESTS] = await anyio.to_thread.run_sync(pooled, programs, asked)
     return Step(
         role,
         iteration,

@@ -304,11 +304,11 @@ def run_tests(
 
 
 # Each call's result as text: its repr (sets sorted and memory addresses left out, so
-# that two runs of the same code agree), or the name of the exception it raised, or
-# "timeout".
+# that two runs of the same code agree) and which of its arguments the call changed, or
+# the name of the exception it raised, or "timeout".
 _CALLS_HARNESS: Final = r"""
 def __refine_calls__(sources, per_call_s):
-    import re, signal
+    import ast, re, signal
 
     class CallTimeout(BaseException):
         pass
@@ -321,6 +321,35 @@ def __refine_calls__(sources, per_call_s):
             return type(value).__name__ + repr(sorted(repr(v) for v in value))
         return repr(value)
 
+    def parts(source):
+        # A call's function and positional arguments as sources, to see whether the call
+        # changes them; None for anything else.
+        try:
+            node = ast.parse(source, mode="eval").body
+        except SyntaxError:
+            return None
+        if not isinstance(node, ast.Call) or any(
+            isinstance(a, ast.Starred) for a in node.args
+        ) or any(k.arg is None for k in node.keywords):
+            return None
+        keywords = [(k.arg, ast.unparse(k.value)) for k in node.keywords]
+        return ast.unparse(node.func), [ast.unparse(a) for a in node.args], keywords
+
+    def run(source):
+        split = parts(source)
+        if split is None:
+            return shown(eval(source, namespace))
+        function, sources, keywords = split
+        fn = eval(function, namespace)
+        args = [eval(a, namespace) for a in sources]
+        kwargs = {k: eval(v, namespace) for k, v in keywords}
+        before = [shown(a) for a in args]
+        text = shown(fn(*args, **kwargs))
+        changed = [str(i + 1) for i, a in enumerate(args) if shown(a) != before[i]]
+        if changed:
+            text += " [argument " + ", ".join(changed) + " changed]"
+        return text
+
     namespace = globals()
     signal.signal(signal.SIGALRM, alarm)
     results = []
@@ -328,13 +357,18 @@ def __refine_calls__(sources, per_call_s):
         try:
             signal.setitimer(signal.ITIMER_REAL, per_call_s)
             try:
-                text = shown(eval(source, namespace))
+                text = run(source)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except CallTimeout:
             text = "timeout"
         except BaseException as err:
-            text = "raises " + type(err).__name__
+            # An error class of the code's own is shown with its built-in base: the
+            # request may name the base ("raises RomanError(ValueError)").
+            kind = type(err)
+            base = next((c for c in kind.__mro__ if c.__module__ == "builtins"), kind)
+            shown_base = "" if base is kind else "(" + base.__name__ + ")"
+            text = "raises " + kind.__name__ + shown_base
         results.append(re.sub(r" at 0x[0-9a-fA-F]+", "", text)[:300])
     return results
 """
@@ -349,7 +383,9 @@ def run_calls(
     memory_mb: int = TESTS_MEMORY_MB,
 ) -> tuple[str, ...] | None:
     """Run ``code``, then evaluate each call expression in its namespace: what each gave,
-    as text (its repr, ``raises ValueError``, ``timeout``). None when the program failed
+    as text (its repr, followed by `` [argument 1 changed]`` when the call changed a
+    positional argument's value, ``raises ValueError``, ``raises RomanError(ValueError)`` for an
+    error class of the code's own with its built-in base, ``timeout``). None when the program failed
     before the calls ran or the run as a whole did not finish. Never raises for anything
     the program does.
     """

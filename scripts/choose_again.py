@@ -22,8 +22,10 @@ Usage: scripts/choose_again.py [--recheck] RUN_DIR [RUN_DIR ...]
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -31,35 +33,41 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from quality import HIDDEN, hidden_pass  # noqa: E402  (this folder)
+from quality import HIDDEN, SUITE, hidden_pass  # noqa: E402  (this folder)
 
-from pipeline.answers import FAILED_TESTS, POOLED_TESTS, split  # noqa: E402
+from pipeline.answers import FAILED_TESTS, POOLED_TESTS, split, terms  # noqa: E402
 from pipeline.calls import Step, is_answer, is_copy, is_cut_retry  # noqa: E402
 from pipeline.jobs import Job, load_job  # noqa: E402
 from pipeline.loop import CUT_OFF, choose, pooled  # noqa: E402
 
 
-def with_pool(steps: list[Step], job: Job | None = None) -> list[Step]:
+def with_pool(
+    steps: list[Step], job: Job | None = None, fields: Mapping[str, Any] | None = None
+) -> list[Step]:
     """``steps`` with the pooled-tests metric the loop now records on every answer, where a
     run made before it did not (the answers' tests are in the trace: no call is needed).
 
     Given the ``job``, every answer is checked again by this checkout's evaluate and check
-    hooks (its metrics, findings and pooled tests as this checkout would record them).
+    hooks (its metrics, findings and pooled tests as this checkout would record them), for
+    the record's ``fields`` (the request).
     """
+    fields = fields or {}
     out: list[Step] = []
     programs: list[str] = []
     for step in steps:
         if is_answer(step) and step.metrics is not None and FAILED_TESTS in step.metrics:
             if job is not None:
-                step = rechecked(step, job)
+                step = rechecked(step, job, fields)
             programs.append(step.output or "")
-            if POOLED_TESTS not in step.metrics:
-                step = replace(step, metrics={**step.metrics, POOLED_TESTS: pooled(programs)})
+            metrics = step.metrics or {}
+            if POOLED_TESTS not in metrics:
+                pool = pooled(programs, terms(fields))
+                step = replace(step, metrics={**metrics, POOLED_TESTS: pool})
         out.append(step)
     return out
 
 
-def rechecked(step: Step, job: Job) -> Step:
+def rechecked(step: Step, job: Job, fields: Mapping[str, Any]) -> Step:
     """The answer as this checkout's hooks evaluate and check it (the run's finding that the
     reply was cut off kept: it is the loop's, not a hook's)."""
     assert job.evaluator is not None and job.checker is not None
@@ -67,8 +75,8 @@ def rechecked(step: Step, job: Job) -> Step:
     cut = [CUT_OFF] if CUT_OFF in (step.checks or ()) else []
     return replace(
         step,
-        metrics=dict(job.evaluator({}, output)),
-        checks=[str(f) for f in job.checker({}, output)] + cut,
+        metrics=dict(job.evaluator(fields, output)),
+        checks=[str(f) for f in job.checker(fields, output)] + cut,
     )
 
 
@@ -131,12 +139,15 @@ def report(
         row["id"]: row
         for row in map(orjson.loads, (run_dir / "outputs.jsonl").read_bytes().splitlines())
     }
+    requests = {row["id"]: row for row in map(orjson.loads, SUITE.read_bytes().splitlines())}
     tallies = {rule: Tally() for rule in RULES}
     calls = copies = tokens = answers = cut_off = asked_again = 0
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
-        steps = with_pool([Step.from_dict(s) for s in line["steps"]], job if recheck else None)
+        steps = with_pool(
+            [Step.from_dict(s) for s in line["steps"]], job if recheck else None, requests[rid]
+        )
         calls += len(steps)
         copies += sum(is_copy(s) for s in steps)
         answers += sum(is_answer(s) for s in steps)

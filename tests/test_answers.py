@@ -6,6 +6,7 @@ import pytest
 
 from pipeline.answers import (
     TESTS_MARKER,
+    Terms,
     carry_tests,
     code_with_tests,
     comment_commentary,
@@ -19,6 +20,8 @@ from pipeline.answers import (
     raise_compared_as_value,
     split,
     split_tests,
+    stray_effect,
+    terms,
     without_unfinished_test,
 )
 from pipeline.sandbox import run_tests
@@ -373,3 +376,49 @@ def test_probe_calls_are_the_tests_calls_and_small_changes_of_their_arguments() 
     assert not any(c.startswith("len(") for c in calls)
     assert len(calls) == len(set(calls))
     assert len(probe_calls([code], split_tests(tests), limit=3)) == 3
+
+
+def test_terms_are_the_exceptions_a_request_names_and_whether_it_works_in_place() -> None:
+    """Names ending in Error or Exception in the record's text fields; other fields and
+    words are not errors. "In place" or "in-place", in any case, asks for work in place."""
+    fields = {
+        "id": "r1",
+        "task": "Parse a date. It must raise ValueError for a bad date and DateRangeError "
+        "(or a TimeoutException) when out of range; the Error log is not an error.",
+        "n": 3,
+        "tags": ["KeyError", "in place"],
+    }
+    assert terms(fields) == Terms(
+        frozenset({"ValueError", "DateRangeError", "TimeoutException"}), in_place=False
+    )
+    assert terms({"task": "Sum a list of numbers."}) == Terms()
+    assert terms({"task": "Reverse the list In-place."}).in_place
+    assert terms({"task": "Sort it in place."}).in_place
+    assert not terms({"task": "Replace each word."}).in_place
+
+
+VALUE_ERROR = Terms(frozenset({"ValueError"}))
+
+
+@pytest.mark.parametrize(
+    ("result", "asked", "stray"),
+    [
+        ("raises KeyError", VALUE_ERROR, "raises KeyError"),
+        ("raises ValueError", VALUE_ERROR, None),
+        ("raises RomanError(ValueError)", VALUE_ERROR, None),  # derives from the named one
+        ("raises RomanError(Exception)", Terms(frozenset({"RomanError"})), None),
+        ("raises RomanError(Exception)", VALUE_ERROR, "raises RomanError(Exception)"),
+        ("raises KeyError", Terms(), None),  # the request names no error: any may be raised
+        ("'raises KeyError'", VALUE_ERROR, None),  # a returned string, not a raise
+        ("timeout", VALUE_ERROR, None),
+        ("2 [argument 1 changed]", Terms(), "changes argument 1"),
+        ("[1, 2] [argument 1, 2 changed]", VALUE_ERROR, "changes argument 1, 2"),
+        ("2 [argument 1 changed]", Terms(in_place=True), None),  # asked for
+        ("None [argument 1 changed]", Terms(), None),  # returns nothing: the change is its result
+        ("'x [argument 1 changed] y'", Terms(), None),  # only at the end
+    ],
+)
+def test_stray_effect_is_what_the_request_does_not_ask_for(
+    result: str, asked: Terms, stray: str | None
+) -> None:
+    assert stray_effect(result, asked) == stray

@@ -693,3 +693,35 @@ def test_pooled_counts_code_that_cannot_run_as_passing_nothing() -> None:
     ]
     assert counts_of(pooled(programs)) == {"total": 2, "passed": [2, 0, 0, 1]}
     assert counts_of(pooled([join(ADD, "")])) == {"total": 0, "passed": [0]}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("names_the_error", "chosen"), [(True, 1), (False, 0)])
+async def test_among_tied_answers_one_raising_the_error_the_request_names_wins(
+    names_the_error: bool, chosen: int
+) -> None:
+    """Draft and refinement fail the same wrong test, so the tests cannot tell them apart;
+    the draft raises KeyError on letters that are no numerals where the request names
+    ValueError, and the refinement checks them: it is chosen, though the critic scores the
+    draft higher. A request that names no error leaves the tie to the earliest."""
+    from tests.test_jobs_builtin import ROMAN, ROMAN_CHECKED, ROMAN_TASK
+
+    task = ROMAN_TASK if names_the_error else "Write roman_to_int(s)."
+    tests = "assert roman_to_int('IX') == 9\nassert roman_to_int('XI') == 12"  # the 2nd is wrong
+    client = ScriptedClient(
+        [
+            answer(ROMAN, tests),
+            critic(done=False, score=8),
+            answer(ROMAN_CHECKED, tests),
+            critic(done=True, score=3),
+        ]
+    )
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    record = Record("roman", 1, {"id": "roman", "task": task})
+    outcome = await refine_record(record, job, client, RecordingSink(), Policy(1))
+    pool = (outcome.steps[2].metrics or {})["tests_pooled"]
+    assert (pool["total"], pool["passed"]) == (2, [1, 1])
+    assert (pool["stray"][0] > 0, pool["stray"][1]) == (names_the_error, 0)
+    draft_found = outcome.steps[0].checks or []
+    assert any("raises KeyError" in f for f in draft_found) is names_the_error
+    assert outcome.output_line()["chosen_iteration"] == chosen

@@ -823,6 +823,60 @@ def test_code_improve_evaluate_and_check(
         assert text.startswith(start)
 
 
+ROMAN = (  # a dict lookup: a letter that is no numeral raises KeyError
+    "def roman_to_int(s):\n"
+    "    if not s:\n        raise ValueError('empty')\n"
+    "    m = {'I': 1, 'V': 5, 'X': 10}\n"
+    "    total = 0\n"
+    "    for a, b in zip(s, s[1:] + ' '):\n"
+    "        total += -m[a] if b != ' ' and m[a] < m[b] else m[a]\n"
+    "    return total"
+)
+ROMAN_CHECKED = ROMAN.replace(
+    "    m = {", "    if set(s) - set('IVX'):\n        raise ValueError(s)\n    m = {"
+)
+ROMAN_TASK = (
+    "Write roman_to_int(s). It must raise ValueError for an empty string or a letter that "
+    "is not a Roman numeral."
+)
+
+
+def test_code_improve_flags_an_error_the_request_does_not_name() -> None:
+    """Code raising KeyError on a call near its tests (`roman_to_int('ix')`), where the
+    request names ValueError, gets a finding that says which call and what to raise; code
+    that checks its input, or a request naming no error, gets none."""
+    tests = "\n".join(
+        [
+            "assert roman_to_int('IX') == 9",
+            "assert roman_to_int('XI') == 11",
+            "assert roman_to_int('V') == 5",
+        ]
+    )
+    found = code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN, tests))
+    assert len(found) == 1
+    assert found[0].startswith("`roman_to_int('") and "raises KeyError" in found[0]
+    assert found[0].count("raises KeyError") == 2 and "(and 1 more such call)" in found[0]
+    assert "raise ValueError" in found[0]
+    assert code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN_CHECKED, tests)) == []
+    assert code_improve_hooks.check({"task": "Convert a numeral."}, join(ROMAN, tests)) == []
+
+
+def test_code_improve_flags_a_result_that_changes_the_callers_value() -> None:
+    """Code that sorts the list it was given while returning its median gets a finding
+    (the call, and to work on a copy); a request asking for work in place gets none."""
+    sorts = "def median(v):\n    v.sort()\n    return v[len(v) // 2]"
+    tests = "assert median([3, 1, 2]) == 2"
+    found = code_improve_hooks.check({"task": "Return the median."}, join(sorts, tests))
+    assert len(found) == 1 and found[0].startswith("`median([3, 1, 2])` changes argument 1")
+    assert "work on a copy" in found[0]
+    assert (
+        code_improve_hooks.check({"task": "Sort in place; return the median."}, join(sorts, tests))
+        == []
+    )
+    copies = "def median(v):\n    return sorted(v)[len(v) // 2]"
+    assert code_improve_hooks.check({"task": "Return the median."}, join(copies, tests)) == []
+
+
 # -- every job: the artifact alone --------------------------------------------------------------
 
 NOTE = "To address the feedback, I added the missing words."

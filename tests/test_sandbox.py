@@ -307,6 +307,36 @@ def test_run_calls_gives_each_calls_result_as_text() -> None:
     )
 
 
+def test_run_calls_shows_an_error_class_of_the_codes_own_with_its_builtin_base() -> None:
+    """A request names built-in errors: a class of the code's own is shown with the
+    built-in one it derives from."""
+    code = (
+        "class RomanError(ValueError):\n    pass\nclass Odd(Exception):\n    pass\n"
+        "def f(x):\n    raise RomanError(x) if x else Odd()"
+    )
+    assert run_calls(code, ["f(1)", "f(0)", "{}[1]"]) == (
+        "raises RomanError(ValueError)",
+        "raises Odd(Exception)",
+        "raises KeyError",
+    )
+
+
+def test_run_calls_says_which_arguments_a_call_changed() -> None:
+    """A call that changes a positional argument's value says which; a call of another
+    shape, or one that changes nothing, gives its result alone."""
+    code = (
+        "def median(v, w=None):\n    v.sort()\n    return v[len(v) // 2]\n"
+        "def pure(v, w):\n    return sorted(v)[0]\n"
+        "def both(v, w):\n    v.append(1)\n    w.clear()"
+    )
+    assert run_calls(code, ["median([3, 1, 2])", "pure([3, 1], [])", "both([], [2])"]) == (
+        "2 [argument 1 changed]",
+        "1",
+        "None [argument 1, 2 changed]",
+    )
+    assert run_calls(code, ["median(*[[2, 1]])", "[median([2, 1])]"]) == ("2", "[2]")
+
+
 def test_run_calls_is_none_when_the_program_fails_before_the_calls() -> None:
     """A program that raises at import, or never finishes, gives no results at all."""
     assert run_calls("raise SystemExit(3)", ["1 + 1"]) is None
