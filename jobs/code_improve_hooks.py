@@ -25,13 +25,18 @@ def _run(code: str, tests: tuple[str, ...]) -> TestsRun:
     return run_tests(code, tests)  # the sandbox's limits for tests, as the pooled tests run
 
 
-def _results(output: str) -> tuple[list[str], TestsRun | None]:
-    """The answer's tests and what running them found (None when the code does not parse)."""
+def _results(fields: Mapping[str, Any], output: str) -> tuple[list[str], TestsRun | None]:
+    """The answer's tests and what running them found (None when the code does not parse).
+
+    A test for an error the request does not name is no test of what it asks and is left
+    out (``answers.unasked_raise``); a ``try`` of a call that catches an error it names,
+    asserting nothing, runs as a test that the call raises it (``answers.must_raise``)."""
     code, tests = answers.split(output)
-    units = answers.split_tests(tests)
+    errors = answers.terms(fields).errors
+    units = [u for u in answers.split_tests(tests) if not answers.unasked_raise(u, errors)]
     if syntax_problem(code) is not None or not units:
         return units, None
-    return units, _run(code, tuple(units))
+    return units, _run(code, tuple(answers.must_raise(u, errors) for u in units))
 
 
 def _located(output: str, problem: str) -> str:
@@ -46,7 +51,7 @@ def _located(output: str, problem: str) -> str:
 def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
     """``tests_passed`` / ``tests_total`` of the answer's own tests, and which ones failed."""
     code, _ = answers.split(output)
-    units, run = _results(output)
+    units, run = _results(fields, output)
     metrics: dict[str, Any] = {"parses": syntax_problem(code) is None, "tests_total": len(units)}
     if run is None or run.error is not None:
         failed = units
@@ -67,7 +72,7 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
     if problem is not None:
         return [f"Fix the syntax error at {problem}."]
     found = answers.comment_commentary(code, tests=True)
-    units, run = _results(output)
+    units, run = _results(fields, output)
     tests_problem = syntax_problem(answers.split(output)[1])
     if units and tests_problem is not None:
         found.append(f"Fix the syntax error in the tests at {_located(output, tests_problem)}.")

@@ -37,6 +37,7 @@ __all__ = [
     "extract_text",
     "join",
     "meta_commentary",
+    "must_raise",
     "normalized",
     "pooled_tests",
     "probe_calls",
@@ -45,6 +46,7 @@ __all__ = [
     "split_tests",
     "stray_effect",
     "terms",
+    "unasked_raise",
     "without_unfinished_test",
 ]
 
@@ -225,6 +227,47 @@ def _raise_check(node: ast.stmt) -> bool:
         if not all(isinstance(s, ast.Pass | ast.Expr) for s in handler.body):
             return False
     return True
+
+
+def _caught(node: ast.Try) -> set[str]:
+    """The names of the errors a ``try``'s handlers catch ("" for a bare ``except``)."""
+    names: set[str] = set()
+    for handler in node.handlers:
+        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        names |= {str(getattr(t, "id", None) or getattr(t, "attr", "")) for t in types}
+    return names
+
+
+def unasked_raise(unit: str, errors: frozenset[str]) -> bool:
+    """Whether ``unit`` tests for an error the request does not ask for: a ``try`` at its
+    top level catching only particular errors (not ``Exception``), none of them one the
+    request names (``errors``; a request naming none asks for none). The request leaves
+    such an input open (``second_largest(['a'])``), so the test asks what it does not."""
+    tree = _parse(unit)
+    for node in tree.body if tree is not None else ():
+        if isinstance(node, ast.Try) and node.handlers:
+            caught = _caught(node)
+            if caught and not caught & (_PROGRAM_ERRORS | {""}) and not caught & errors:
+                return True
+    return False
+
+
+def must_raise(unit: str, errors: frozenset[str]) -> str:
+    """``unit`` made a test that its call raises, where it is a ``try`` of a call that
+    catches only errors the request names (``errors``) and asserts nothing (see
+    ``_raise_check``): as written it passes whether or not the call raises, so an ``else``
+    that fails it when the call returns is added. Any other unit is returned as it is."""
+    tree = _parse(unit) if errors else None
+    last = tree.body[-1] if tree is not None and tree.body else None
+    if last is None or not _raise_check(last) or last.col_offset != 0:
+        return unit
+    assert isinstance(last, ast.Try)
+    caught = _caught(last)
+    if last.orelse or not caught <= errors:
+        return unit
+    call = ast.unparse(getattr(last.body[-1], "value", last.body[-1]))[:80]
+    failure = f"{call} did not raise {' or '.join(sorted(caught))}"
+    return f"{unit.rstrip()}\nelse:\n    raise AssertionError({failure!r})"
 
 
 def _is_test(node: ast.stmt) -> bool:
@@ -529,7 +572,8 @@ def _variants(arg: ast.expr) -> list[ast.expr]:
     """Small changes of a literal argument: a number made 0, negated or moved by one; a
     string emptied, shortened, its first or last character doubled, its case changed or
     reversed; a list or tuple emptied, cut to its first item, without its last, reversed,
-    its first item doubled. Nothing for anything else."""
+    its first item doubled, and, of numbers only, each number's sign turned. Nothing for
+    anything else."""
     if isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub):
         operand = arg.operand
         if isinstance(operand, ast.Constant) and isinstance(operand.value, int | float):
@@ -551,8 +595,20 @@ def _variants(arg: ast.expr) -> list[ast.expr]:
     if isinstance(arg, ast.List | ast.Tuple):
         items = arg.elts
         forms = [[], items[:1], items[:-1], items[::-1], items[:1] + items]
+        numbers = [_number(item) for item in items]
+        if items and all(n is not None for n in numbers):  # the numbers' signs turned
+            forms.append([ast.Constant(-n) for n in numbers if n is not None])
         return [type(arg)(elts=list(form), ctx=ast.Load()) for form in forms]
     return []
+
+
+def _number(node: ast.expr) -> int | float | None:
+    """The value of a number literal (``3``, ``-2.5``), else None."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node, sign = node.operand, -1
+    value = node.value if isinstance(node, ast.Constant) else None
+    return sign * value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def probe_calls(codes: Sequence[str], tests: Sequence[str], limit: int = PROBE_LIMIT) -> list[str]:

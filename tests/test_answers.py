@@ -15,6 +15,7 @@ from pipeline.answers import (
     extract_text,
     join,
     meta_commentary,
+    must_raise,
     normalized,
     probe_calls,
     raise_compared_as_value,
@@ -422,3 +423,43 @@ def test_stray_effect_is_what_the_request_does_not_ask_for(
     result: str, asked: Terms, stray: str | None
 ) -> None:
     assert stray_effect(result, asked) == stray
+
+
+TRY = "try:\n    f(1)\nexcept ValueError:\n    pass"
+
+
+@pytest.mark.parametrize(
+    ("unit", "errors", "made"),
+    [
+        (
+            TRY,
+            {"ValueError"},
+            TRY + "\nelse:\n    raise AssertionError('f(1) did not raise ValueError')",
+        ),
+        (
+            "# bad input\ntry:\n    x = f(1)\nexcept ValueError as e:\n    print(e)",
+            {"ValueError"},
+            "# bad input\ntry:\n    x = f(1)\nexcept ValueError as e:\n    print(e)"
+            "\nelse:\n    raise AssertionError('f(1) did not raise ValueError')",
+        ),
+        (TRY, set(), TRY),  # the request names no error
+        (TRY.replace("ValueError", "IndexError"), {"ValueError"}, None),  # not the one named
+        (TRY.replace("ValueError", "(ValueError, KeyError)"), {"ValueError"}, None),
+        (TRY.replace("    f(1)", "    f(1)\n    assert False"), {"ValueError"}, None),  # checks
+        (TRY + "\nelse:\n    assert False", {"ValueError"}, None),
+        ("assert f(1) == 2", {"ValueError"}, None),
+    ],
+)
+def test_must_raise_makes_a_try_that_asserts_nothing_a_test_of_the_raise(
+    unit: str, errors: set[str], made: str | None
+) -> None:
+    """A try of a call catching only errors the request names, asserting nothing, passes
+    whether or not the call raises: it gets an else that fails when the call returns. Any
+    other unit is left as it is (None: unchanged)."""
+    got = must_raise(unit, frozenset(errors))
+    assert got == (unit if made is None else made)
+    if made is not None and made != unit:
+        ran = run_tests("def f(x):\n    return x", [unit, got])
+        assert ran.results[0] is None and ran.results[1] is not None
+        assert "f(1) did not raise ValueError" in ran.results[1]
+        assert run_tests("def f(x):\n    raise ValueError(x)", [got]).results == (None,)

@@ -36,9 +36,11 @@ def critic(done: bool, action: str = "add a docstring", score: int = 5) -> str:
     ).decode()
 
 
-async def loop(job: Job, script: Sequence[str], **kw: Any) -> tuple[Outcome, ScriptedClient]:
+async def loop(
+    job: Job, script: Sequence[str], record: Record = RECORD, **kw: Any
+) -> tuple[Outcome, ScriptedClient]:
     client = ScriptedClient(script)
-    outcome = await refine_record(RECORD, job, client, RecordingSink(), Policy(3, **kw))
+    outcome = await refine_record(record, job, client, RecordingSink(), Policy(3, **kw))
     assert client.script == []
     return outcome, client
 
@@ -614,6 +616,7 @@ async def test_a_raise_check_written_in_the_code_block_protects_the_draft() -> N
             critic(done=True, score=10),  # vetoed: the raise check fails
             answer(asserted, tests),  # identical: the loop stops
         ],
+        Record("chunk", 1, {"id": "chunk", "task": "Chunk a list; raise ValueError for size < 1."}),
     )
     draft, refined = outcome.steps[0], outcome.steps[2]
     assert draft.metrics is not None and draft.metrics["tests_total"] == 2
@@ -725,3 +728,21 @@ async def test_among_tied_answers_one_raising_the_error_the_request_names_wins(
     draft_found = outcome.steps[0].checks or []
     assert any("raises KeyError" in f for f in draft_found) is names_the_error
     assert outcome.output_line()["chosen_iteration"] == chosen
+
+
+def test_pooled_runs_a_try_of_an_error_the_request_names_as_a_test_of_the_raise() -> None:
+    """In the pool as in the check, a try catching the error the request names, asserting
+    nothing, fails the code that returns; with no error named it is no test of what the
+    request asks, and is left out of the pool."""
+    from pipeline.answers import Terms, join
+    from pipeline.loop import pooled
+
+    tests = "assert add(1, 2) == 3\ntry:\n    add(1, None)\nexcept TypeError:\n    pass"
+    checked = "def add(a, b):\n    if b is None:\n        raise TypeError(b)\n    return a + b"
+    lenient = "def add(a, b):\n    return a + (b or 0)"
+    programs = [join(checked, tests), join(lenient, "")]
+    assert counts_of(pooled(programs, Terms(frozenset({"TypeError"})))) == {
+        "total": 2,
+        "passed": [2, 1],
+    }
+    assert counts_of(pooled(programs)) == {"total": 1, "passed": [1, 1]}

@@ -861,6 +861,24 @@ def test_code_improve_flags_an_error_the_request_does_not_name() -> None:
     assert code_improve_hooks.check({"task": "Convert a numeral."}, join(ROMAN, tests)) == []
 
 
+def test_code_improve_runs_a_try_of_an_error_the_request_names_as_a_test_of_the_raise() -> None:
+    """`try: roman_to_int('Z')` / `except ValueError: pass` passes whatever the call does;
+    where the request names ValueError it fails code that returns instead of raising; where
+    the request names no error it is no test of what it asks and is left out."""
+    lenient = (
+        "def roman_to_int(s):\n    m = {'I': 1, 'V': 5}\n    return sum(m.get(c, 0) for c in s)"
+    )
+    tests = (
+        "assert roman_to_int('VI') == 6\ntry:\n    roman_to_int('Z')\nexcept ValueError:\n    pass"
+    )
+    got = code_improve_hooks.evaluate({"task": ROMAN_TASK}, join(lenient, tests))
+    assert (got["tests_passed"], got["tests_total"]) == (1, 2)
+    found = code_improve_hooks.check({"task": ROMAN_TASK}, join(lenient, tests))
+    assert "roman_to_int('Z') did not raise ValueError" in found[0]
+    got = code_improve_hooks.evaluate({"task": "Convert a numeral."}, join(lenient, tests))
+    assert (got["tests_passed"], got["tests_total"]) == (1, 1)
+
+
 def test_code_improve_flags_a_result_that_changes_the_callers_value() -> None:
     """Code that sorts the list it was given while returning its median gets a finding
     (the call, and to work on a copy); a request asking for work in place gets none."""
