@@ -89,7 +89,8 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         found.append(f"The code fails before any test runs: {run.error}.")
         return found
     failures = [(u, r) for u, r in zip(units, run.results, strict=True) if r is not None]
-    found += [_failing(unit, why) for unit, why in failures[:SHOWN_FAILURES]]
+    errors = answers.terms(fields).errors
+    found += [_failing(unit, why, errors) for unit, why in failures[:SHOWN_FAILURES]]
     if failures:
         more = len(failures) - SHOWN_FAILURES
         found.append(
@@ -138,14 +139,21 @@ def _examples(stray: list[tuple[str, str]]) -> str:
     return shown + (f" (and {more} more such call{'' if more == 1 else 's'})" if more > 0 else "")
 
 
-def _failing(unit: str, why: str) -> str:
+def _failing(unit: str, why: str, errors: frozenset[str]) -> str:
     """The finding for a failing test; for one that compares a result with an exception (a
     new one cannot pass, whatever the code does; the class fails code that raises it), how
-    to test that the call raises."""
+    to test that the call raises. Where the request names that error, the test ran as the
+    check of the raise it meant (``answers.must_raise``), and the call did not raise."""
     meant = answers.raise_compared_as_value(unit)
     if meant is None:
         return f"Failing test {why}."
     call, error, instance = meant
+    if error in errors:
+        return (
+            f"Failing test `{' '.join(unit.split())[:120]}`, run as a check that `{call[:80]}` "
+            f"raises {error}: it did not. Write such a test as: under `try:` the call, then "
+            f"`assert False`; under `except {error}:` `pass`."
+        )
     why_not = (
         f"cannot pass: a new {error} object equals only itself"
         if instance

@@ -253,21 +253,42 @@ def unasked_raise(unit: str, errors: frozenset[str]) -> bool:
 
 
 def must_raise(unit: str, errors: frozenset[str]) -> str:
-    """``unit`` made a test that its call raises, where it is a ``try`` of a call that
-    catches only errors the request names (``errors``) and asserts nothing (see
-    ``_raise_check``): as written it passes whether or not the call raises, so an ``else``
-    that fails it when the call returns is added. Any other unit is returned as it is."""
+    """``unit`` as the test that its call raises which it was written to be, for errors the
+    request names (``errors``). A ``try`` of a call that catches only such errors and
+    asserts nothing (see ``_raise_check``) passes whether or not the call raises: an
+    ``else`` that fails it when the call returns is added. ``assert CALL == SomeError`` (or
+    ``SomeError(...)``, see ``raise_compared_as_value``) fails whatever the call does: it is
+    replaced by that ``try``. Any other unit is returned as it is."""
     tree = _parse(unit) if errors else None
     last = tree.body[-1] if tree is not None and tree.body else None
-    if last is None or not _raise_check(last) or last.col_offset != 0:
+    if last is None or last.col_offset != 0:
+        return unit
+    meant = raise_compared_as_value(unit)
+    if meant is not None and meant.error in errors:
+        lines = unit.splitlines()
+        before = "\n".join([*lines[: last.lineno - 1], ""])
+        return before + _raise_test(meant.call, {meant.error})
+    if not _raise_check(last):
         return unit
     assert isinstance(last, ast.Try)
     caught = _caught(last)
     if last.orelse or not caught <= errors:
         return unit
-    call = ast.unparse(getattr(last.body[-1], "value", last.body[-1]))[:80]
-    failure = f"{call} did not raise {' or '.join(sorted(caught))}"
-    return f"{unit.rstrip()}\nelse:\n    raise AssertionError({failure!r})"
+    call = ast.unparse(getattr(last.body[-1], "value", last.body[-1]))
+    return f"{unit.rstrip()}\n{_else_fails(call, caught)}"
+
+
+def _else_fails(call: str, errors: set[str]) -> str:
+    """The ``else`` of a ``try`` of ``call`` that fails the test when the call returns."""
+    failure = f"{call[:80]} did not raise {' or '.join(sorted(errors))}"
+    return f"else:\n    raise AssertionError({failure!r})"
+
+
+def _raise_test(call: str, errors: set[str]) -> str:
+    """A test that ``call`` raises one of ``errors``."""
+    caught = ", ".join(sorted(errors))
+    caught = f"({caught})" if len(errors) > 1 else caught
+    return f"try:\n    {call}\nexcept {caught}:\n    pass\n{_else_fails(call, errors)}"
 
 
 def _is_test(node: ast.stmt) -> bool:

@@ -23,6 +23,7 @@ from pipeline.answers import (
     split_tests,
     stray_effect,
     terms,
+    unasked_raise,
     without_unfinished_test,
 )
 from pipeline.sandbox import run_tests
@@ -426,16 +427,13 @@ def test_stray_effect_is_what_the_request_does_not_ask_for(
 
 
 TRY = "try:\n    f(1)\nexcept ValueError:\n    pass"
+ELSE = "\nelse:\n    raise AssertionError('f(1) did not raise ValueError')"
 
 
 @pytest.mark.parametrize(
     ("unit", "errors", "made"),
     [
-        (
-            TRY,
-            {"ValueError"},
-            TRY + "\nelse:\n    raise AssertionError('f(1) did not raise ValueError')",
-        ),
+        (TRY, {"ValueError"}, TRY + ELSE),
         (
             "# bad input\ntry:\n    x = f(1)\nexcept ValueError as e:\n    print(e)",
             {"ValueError"},
@@ -448,18 +446,58 @@ TRY = "try:\n    f(1)\nexcept ValueError:\n    pass"
         (TRY.replace("    f(1)", "    f(1)\n    assert False"), {"ValueError"}, None),  # checks
         (TRY + "\nelse:\n    assert False", {"ValueError"}, None),
         ("assert f(1) == 2", {"ValueError"}, None),
+        ("# empty\nassert f(1) == ValueError", {"ValueError"}, "# empty\n" + TRY + ELSE),
+        ("assert f(1) == ValueError('no')  # raises", {"ValueError"}, TRY + ELSE),
+        ("assert f(1) == ValueError", set(), None),
+        ("assert f(1) == KeyError", {"ValueError"}, None),
     ],
 )
 def test_must_raise_makes_a_try_that_asserts_nothing_a_test_of_the_raise(
     unit: str, errors: set[str], made: str | None
 ) -> None:
     """A try of a call catching only errors the request names, asserting nothing, passes
-    whether or not the call raises: it gets an else that fails when the call returns. Any
-    other unit is left as it is (None: unchanged)."""
+    whether or not the call raises: it gets an else that fails when the call returns. An
+    assert comparing the call with such an error fails whatever the call does: it becomes
+    that try. Any other unit is left as it is (None: unchanged)."""
     got = must_raise(unit, frozenset(errors))
     assert got == (unit if made is None else made)
     if made is not None and made != unit:
-        ran = run_tests("def f(x):\n    return x", [unit, got])
-        assert ran.results[0] is None and ran.results[1] is not None
-        assert "f(1) did not raise ValueError" in ran.results[1]
+        ran = run_tests("def f(x):\n    return x", [got])
+        assert ran.results[0] is not None and "f(1) did not raise ValueError" in ran.results[0]
         assert run_tests("def f(x):\n    raise ValueError(x)", [got]).results == (None,)
+
+
+@pytest.mark.parametrize(
+    ("unit", "errors", "unasked"),
+    [
+        (TRY, set(), True),  # the request names no error: it asks for none
+        (TRY, {"ValueError"}, False),
+        (TRY.replace("ValueError", "IndexError"), {"ValueError"}, True),
+        (TRY.replace("ValueError", "(ValueError, TypeError)"), {"ValueError"}, False),
+        (TRY.replace("ValueError", "Exception"), set(), False),  # any error: no particular one
+        (TRY.replace("except ValueError", "except"), set(), False),
+        (
+            "try:\n    assert f([1, 'a']) == ValueError('x')\nexcept ValueError:\n    pass",
+            set(),
+            True,
+        ),
+        ("assert f(1) == 2", set(), False),
+        ("def test_f():\n    try:\n        f(1)\n    except KeyError:\n        pass", set(), False),
+    ],
+)
+def test_unasked_raise_is_a_test_for_an_error_the_request_does_not_name(
+    unit: str, errors: set[str], unasked: bool
+) -> None:
+    assert unasked_raise(unit, frozenset(errors)) is unasked
+
+
+def test_probe_calls_turn_the_signs_of_a_list_of_numbers() -> None:
+    """A list (or tuple) of number literals also goes in with every sign turned, so code
+    that seeds a maximum with -1 is told apart from code that does not; a list holding
+    anything else does not."""
+    calls = probe_calls(
+        ["def top(xs):\n    return max(xs)"],
+        ["assert top([1, -2, 3.5]) == 3.5", "assert top(['a', 1]) == 1"],
+    )
+    assert "top([-1, 2, -3.5])" in calls
+    assert not any("'a', -1" in c or "-1, 'a'" in c for c in calls)

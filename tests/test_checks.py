@@ -648,6 +648,24 @@ async def test_answers_passing_every_pooled_test_are_chosen_by_the_critic() -> N
     assert (outcome.output_line()["chosen_iteration"], outcome.output) == (1, renamed)
 
 
+async def refined_once(
+    draft: str, refinement: str, tests: str, action: str, record: Record = RECORD
+) -> Outcome:
+    """One refinement of ``draft`` into ``refinement``, both carrying ``tests``, the critic
+    asking for ``action`` (score 5) and then calling the refinement done (score 9)."""
+    outcome, _ = await loop(
+        dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False),
+        [
+            answer(draft, tests),
+            critic(done=False, score=5, action=action),
+            answer(refinement, tests),
+            critic(done=True, score=9),
+        ],
+        record,
+    )
+    return outcome
+
+
 STRICT = (  # no leading zeros, as the request asks
     "def valid(s):\n    parts = s.split('.')\n"
     "    return len(parts) == 4 and all(\n"
@@ -665,15 +683,7 @@ async def test_a_refinement_that_changes_what_no_test_asserts_is_not_chosen() ->
     but on a call near one the tests make (`valid('00.0.0.0')`) the refinement gives
     another result: the draft stays the output."""
     tests = "assert valid('0.0.0.0')\nassert not valid('1.2.3')"
-    outcome, _ = await loop(
-        dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False),
-        [
-            answer(STRICT, tests),
-            critic(done=False, score=5, action="drop the leading-zero rule: simpler"),
-            answer(LOOSE, tests),
-            critic(done=True, score=9),
-        ],
-    )
+    outcome = await refined_once(STRICT, LOOSE, tests, "drop the leading-zero rule: simpler")
     refined = outcome.steps[2]
     assert counts(refined.metrics) == {"total": 2, "passed": [2, 2]}
     assert refined.metrics is not None
@@ -746,3 +756,47 @@ def test_pooled_runs_a_try_of_an_error_the_request_names_as_a_test_of_the_raise(
         "passed": [2, 1],
     }
     assert counts_of(pooled(programs)) == {"total": 1, "passed": [1, 1]}
+
+
+SECOND = (
+    "def second_largest(nums):\n"
+    "    distinct = sorted(set(nums))\n"
+    "    return distinct[-2] if len(distinct) > 1 else None"
+)
+SEEDED = (  # refuses what is not an int, as no request asked, and seeds its maximum with -1
+    "def second_largest(nums):\n"
+    "    if not all(isinstance(n, int) for n in nums):\n"
+    "        raise ValueError(nums)\n"
+    "    distinct = set(nums)\n"
+    "    if len(distinct) < 2:\n"
+    "        return None\n"
+    "    distinct.remove(max(distinct))\n"
+    "    best = -1\n"
+    "    for n in distinct:\n"
+    "        best = max(best, n)\n"
+    "    return best"
+)
+
+
+@pytest.mark.anyio
+async def test_a_test_for_an_error_the_request_does_not_name_does_not_choose() -> None:
+    """The draft fails its own test for a ValueError the request does not ask for; the
+    refinement passes it and brings a bug no test shows (negative numbers). The test is
+    left out, the two then pass every test, and on the calls near them (signs turned) they
+    differ: the draft stays the output, however the critic scores them."""
+    tests = (
+        "assert second_largest([3, 1, 2]) == 2\nassert second_largest([4]) is None\n"
+        "try:\n    second_largest([1, 'a'])\n    assert False\nexcept ValueError:\n    pass"
+    )
+    outcome = await refined_once(
+        SECOND,
+        SEEDED,
+        tests,
+        "raise ValueError for items that are no ints",
+        Record("s", 1, {"id": "s", "task": "Return the second largest distinct value, or None."}),
+    )
+    draft, refined = outcome.steps[0], outcome.steps[2]
+    assert draft.checks == [] and draft.metrics is not None
+    assert draft.metrics["tests_total"] == 2  # the ValueError test is no test of the request
+    assert counts(refined.metrics) == {"total": 2, "passed": [2, 2]}
+    assert (outcome.output_line()["chosen_iteration"], outcome.output) == (0, SECOND)

@@ -879,6 +879,20 @@ def test_code_improve_runs_a_try_of_an_error_the_request_names_as_a_test_of_the_
     assert (got["tests_passed"], got["tests_total"]) == (1, 1)
 
 
+def test_code_improve_runs_an_assert_equal_to_a_named_error_as_a_raise_check() -> None:
+    """`assert roman_to_int('Z') == ValueError` fails whatever the code does; where the
+    request names ValueError it runs as the check of the raise it meant: code that raises
+    passes it, code that returns is told it did not raise, and how to write the test."""
+    tests = "assert roman_to_int('VI') == 6\nassert roman_to_int('Z') == ValueError"
+    got = code_improve_hooks.evaluate({"task": ROMAN_TASK}, join(ROMAN_CHECKED, tests))
+    assert (got["tests_passed"], got["tests_total"]) == (2, 2)
+    found = code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN, tests))
+    assert found[0].startswith("Failing test `assert roman_to_int('Z') == ValueError`, run as")
+    assert "it did not" in found[0] and "`except ValueError:`" in found[0]
+    got = code_improve_hooks.evaluate({"task": "Convert a numeral."}, join(ROMAN_CHECKED, tests))
+    assert (got["tests_passed"], got["tests_total"]) == (1, 2)  # as written: it cannot pass
+
+
 def test_code_improve_flags_a_result_that_changes_the_callers_value() -> None:
     """Code that sorts the list it was given while returning its median gets a finding
     (the call, and to work on a copy); a request asking for work in place gets none."""
