@@ -191,6 +191,7 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
         for unit in artifacts.pooled_tests(programs)
         if not artifacts.unasked_raise(unit, asked.errors)  # as the check leaves them out
     ]
+    tests = [artifacts.must_raise(unit, asked.errors) for unit in pool]  # as the check runs them
     codes = [artifacts.split(program)[0] for program in programs]
     probes = artifacts.probe_calls(codes, pool)
     passed: list[int] = []
@@ -203,8 +204,7 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
             stray.append(0)
             continue
         if pool:
-            tests = [artifacts.must_raise(unit, asked.errors) for unit in pool]  # as the check
-            run = run_tests(code, tests)  # and under the limits it ran its own tests under
+            run = run_tests(code, tests)  # the limits the job's check ran its own tests under
             passed.append(0 if run.error is not None else run.passed)
         else:
             passed.append(0)
