@@ -25,14 +25,14 @@ def _run(code: str, tests: tuple[str, ...]) -> TestsRun:
     return run_tests(code, tests)  # the sandbox's limits for tests, as the pooled tests run
 
 
-def _results(fields: Mapping[str, Any], output: str) -> tuple[list[str], TestsRun | None]:
+def _results(errors: frozenset[str], output: str) -> tuple[list[str], TestsRun | None]:
     """The answer's tests and what running them found (None when the code does not parse).
 
     A test for an error the request does not name is no test of what it asks and is left
-    out (``answers.unasked_raise``); a ``try`` of a call that catches an error it names,
-    asserting nothing, runs as a test that the call raises it (``answers.must_raise``)."""
+    out (``answers.unasked_raise``); a ``try`` of a call that catches an error it names
+    (``errors``), asserting nothing, runs as a test that the call raises it
+    (``answers.must_raise``)."""
     code, tests = answers.split(output)
-    errors = answers.terms(fields).errors
     units = [u for u in answers.split_tests(tests) if not answers.unasked_raise(u, errors)]
     if syntax_problem(code) is not None or not units:
         return units, None
@@ -51,7 +51,7 @@ def _located(output: str, problem: str) -> str:
 def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
     """``tests_passed`` / ``tests_total`` of the answer's own tests, and which ones failed."""
     code, _ = answers.split(output)
-    units, run = _results(fields, output)
+    units, run = _results(answers.terms(fields).errors, output)
     metrics: dict[str, Any] = {"parses": syntax_problem(code) is None, "tests_total": len(units)}
     if run is None or run.error is not None:
         failed = units
@@ -72,7 +72,8 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
     if problem is not None:
         return [f"Fix the syntax error at {problem}."]
     found = answers.comment_commentary(code, tests=True)
-    units, run = _results(fields, output)
+    asked = answers.terms(fields)
+    units, run = _results(asked.errors, output)
     tests_problem = syntax_problem(answers.split(output)[1])
     if units and tests_problem is not None:
         found.append(f"Fix the syntax error in the tests at {_located(output, tests_problem)}.")
@@ -89,8 +90,7 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         found.append(f"The code fails before any test runs: {run.error}.")
         return found
     failures = [(u, r) for u, r in zip(units, run.results, strict=True) if r is not None]
-    errors = answers.terms(fields).errors
-    found += [_failing(unit, why, errors) for unit, why in failures[:SHOWN_FAILURES]]
+    found += [_failing(unit, why, asked.errors) for unit, why in failures[:SHOWN_FAILURES]]
     if failures:
         more = len(failures) - SHOWN_FAILURES
         found.append(
@@ -98,16 +98,15 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             + "Fix the code so that it does what the request asks; where a test expects a "
             "wrong value, correct the test instead."
         )
-    return found + _stray_effects(fields, code, units)
+    return found + _stray_effects(asked, code, units)
 
 
-def _stray_effects(fields: Mapping[str, Any], code: str, units: list[str]) -> list[str]:
+def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[str]:
     """A finding when the code, on the calls its tests make or small changes of them, does
     what the request does not ask for: raises an error it does not name where it names the
     ones to raise (a ``KeyError`` from a dict lookup where the request asks for a
     ``ValueError`` on bad input), or changes an argument while returning a result (sorts
     the caller's list) where it does not ask for work in place."""
-    asked = answers.terms(fields)
     calls = answers.probe_calls([code], units)
     results = run_calls(code, calls) or ()
     stray = [

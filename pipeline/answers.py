@@ -199,6 +199,15 @@ _PROGRAM_ERRORS = frozenset(
 )
 
 
+def _caught(node: ast.Try) -> set[str]:
+    """The names of the errors a ``try``'s handlers catch ("" for a bare ``except``)."""
+    names: set[str] = set()
+    for handler in node.handlers:
+        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        names |= {str(getattr(t, "id", None) or getattr(t, "attr", "")) for t in types}
+    return names
+
+
 def _raise_check(node: ast.stmt) -> bool:
     """``try: f(0)`` / ``except ValueError: pass``: a check, written without an assert, that
     a call raises the error a request names (it fails when the call raises another one).
@@ -216,26 +225,9 @@ def _raise_check(node: ast.stmt) -> bool:
             return False
         if hasattr(builtins, call.func.id):
             return False
-    for handler in node.handlers:
-        if handler.type is None:
-            return False
-        caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-        for error in caught:
-            name = error.id if isinstance(error, ast.Name) else getattr(error, "attr", None)
-            if name is None or name in _PROGRAM_ERRORS:
-                return False
-        if not all(isinstance(s, ast.Pass | ast.Expr) for s in handler.body):
-            return False
-    return True
-
-
-def _caught(node: ast.Try) -> set[str]:
-    """The names of the errors a ``try``'s handlers catch ("" for a bare ``except``)."""
-    names: set[str] = set()
-    for handler in node.handlers:
-        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-        names |= {str(getattr(t, "id", None) or getattr(t, "attr", "")) for t in types}
-    return names
+    if _caught(node) & (_PROGRAM_ERRORS | {""}):
+        return False
+    return all(isinstance(s, ast.Pass | ast.Expr) for h in node.handlers for s in h.body)
 
 
 def unasked_raise(unit: str, errors: frozenset[str]) -> bool:
