@@ -24,6 +24,8 @@ __all__ = [
     "is_answer",
     "is_copy",
     "is_cut_retry",
+    "is_draft",
+    "is_redraft",
     "is_retried",
     "usage_of",
 ]
@@ -194,6 +196,7 @@ class Outcome:
     error: dict[str, Any] | None = None
     scores: tuple[float | None, ...] = field(default=())
     tests: str | None = None  # the chosen answer's own tests (code-with-tests jobs)
+    chosen_step: int | None = None  # the chosen answer's index in ``steps``
 
     def usage(self) -> dict[str, int]:
         """Tokens and calls summed over the record's steps."""
@@ -207,7 +210,10 @@ class Outcome:
         """The outputs.jsonl object: DESIGN.md's fields, plus per-iteration scores and metrics."""
         answers = self.answers()
         metrics = [s.metrics for s in answers]
-        chosen = next((s for s in answers if s.iteration == self.chosen_iteration), None)
+        if self.chosen_step is not None:
+            chosen: Step | None = self.steps[self.chosen_step]
+        else:
+            chosen = next((s for s in answers if s.iteration == self.chosen_iteration), None)
         line = {
             "id": self.record.id,
             "line": self.record.line,
@@ -226,6 +232,8 @@ class Outcome:
         }
         if self.tests is not None:
             line["tests"] = self.tests
+        if chosen is not None and is_redraft(chosen):
+            line["chosen_step"] = self.chosen_step  # a first draft, not the iteration's answer
         return line
 
     def trace_line(self) -> dict[str, Any]:
@@ -250,11 +258,28 @@ def is_cut_retry(step: Step) -> bool:
     return step.error is not None and step.error.get("type") == CUT_RETRY
 
 
+# Error type of a refinement its checks still found problems in, drafted once more from
+# the same messages; it stays a candidate for the chosen answer (see ``is_draft``)
+REDRAFT = "redraft"
+
+
+def is_redraft(step: Step) -> bool:
+    """A refinement drafted once more because its checks found problems (not an iteration,
+    but a candidate: both drafts run the pooled tests and either may be chosen)."""
+    return step.error is not None and step.error.get("type") == REDRAFT
+
+
 def is_retried(step: Step) -> bool:
-    """An answer attempt the loop asked again: a copy or a cut-off answer."""
-    return is_copy(step) or is_cut_retry(step)
+    """An answer attempt the loop asked again: a copy, a cut-off answer or a redraft."""
+    return is_copy(step) or is_cut_retry(step) or is_redraft(step)
 
 
 def is_answer(step: Step) -> bool:
     """A generate or refine step that counts as an iteration's answer."""
     return step.role != "feedback" and not is_retried(step) and not step.failed
+
+
+def is_draft(step: Step) -> bool:
+    """A step whose answer may be chosen: an iteration's answer, or a refinement drafted
+    once more (``is_redraft``)."""
+    return is_answer(step) or is_redraft(step)

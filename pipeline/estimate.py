@@ -5,8 +5,9 @@ answers and feedback of an assumed length, for three scenarios —
 
     low        the critic accepts the first answer; answers a quarter of max_tokens
     expected   half the iteration budget is used; answers half of max_tokens
-    high       every loop runs its whole budget (a copy retried at every step where the
-               job retries copies), every answer max_tokens long: pessimistic, though
+    high       every loop runs its whole budget (every refinement drafted twice where the
+               job redrafts, and a copy retried at every step where it retries copies),
+               every answer max_tokens long: pessimistic, though
                a call cut off at max_tokens and asked once more is counted once
 
 — and scaled to the number of input lines. With ``--sample N`` the first N records run
@@ -63,7 +64,7 @@ class Scenario:
     name: str
     refinements: float  # share of the iteration budget used (0 = the first answer is accepted)
     answer_share: float  # completion tokens as a share of max_tokens
-    copies: bool = False  # every refinement retried once as a copy (jobs with retry_copy)
+    copies: bool = False  # every refinement redrafted and retried as a copy, where the job does
 
 
 SCENARIOS = (
@@ -126,6 +127,8 @@ def _calls(job: Job, max_iters: int, scenario: Scenario) -> list[tuple[Role, int
     for t in range(k):
         calls.append(("feedback", t))
         calls.append(("refine", t + 1))
+        if scenario.copies and job.redraft:
+            calls.append(("refine", t + 1))
         if scenario.copies and job.retry_copy:
             calls.append(("refine", t + 1))
     if max_iters > 0 and (k < max_iters or job.scored):

@@ -55,7 +55,11 @@ A job is a TOML file::
     once more at copy_temperature (default 1.0) before the loop stops with no_change (with
     extract = "code-with-tests", also the same code while its checks still fail); with
     [prompts] refine_copy (same placeholders as refine) that retry asks it instead, for
-    example without the answer it copied.
+    example without the answer it copied. [stop] redraft = true: a refinement its checks
+    still find problems in is drafted once more from the same messages (at the job's
+    temperature; at most one extra answer call per iteration); both drafts run the tests
+    pooled for the choice and either may be the chosen answer, the second is the
+    iteration's answer the critic sees.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ _TOP_KEYS = (
 _TABLE_KEYS = {
     "prompts": ("feedback", "generate", "refine", "refine_copy", "system"),
     "feedback": ("actions_field", "done_field", "schema", "score_field", "score_from"),
-    "stop": ("copy_temperature", "max_iters", "retry_copy", "score_threshold"),
+    "stop": ("copy_temperature", "max_iters", "redraft", "retry_copy", "score_threshold"),
     "model": ("max_tokens", "temperature"),
     "output": ("extract",),
     "hooks": ("file",),
@@ -158,6 +162,7 @@ class Job:
     retry_copy: bool = False
     copy_temperature: float = 1.0
     copy_prompt: str | None = None  # the copy guard's retry asks this instead of refine
+    redraft: bool = False  # a refinement its checks find problems in is drafted once more
     score_from: tuple[str, ...] = ()  # rating fields whose sum replaces the critic's own score
 
     @property
@@ -326,6 +331,7 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
     retry_copy = r.get("stop.retry_copy", bool, False)
     copy_temperature = float(r.get("stop.copy_temperature", (int, float), 1.0))
     copy_prompt = r.get("prompts.refine_copy", str, None)
+    redraft = r.get("stop.redraft", bool, False)
     if copy_prompt is not None:
         _check_placeholders(
             src, "prompts.refine_copy", copy_prompt, input_names | set(LOOP_VARIABLES)
@@ -369,6 +375,7 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         retry_copy=retry_copy,
         copy_temperature=copy_temperature,
         copy_prompt=copy_prompt,
+        redraft=redraft,
         score_from=score_from,
     )
 

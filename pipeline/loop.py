@@ -22,6 +22,7 @@ from . import answers as artifacts
 from .calls import (
     COPY,
     CUT_RETRY,
+    REDRAFT,
     Completion,
     ModelClient,
     Outcome,
@@ -31,6 +32,9 @@ from .calls import (
     is_answer,
     is_copy,
     is_cut_retry,
+    is_draft,
+    is_redraft,
+    is_retried,
 )
 from .errors import CallError, FatalCallError, FeedbackParseError
 from .feedback import parse_feedback, render_feedback
@@ -103,6 +107,12 @@ RETRY_FREQUENCY_PENALTY = 0.5
 def _answers(steps: Sequence[Step]) -> list[Step]:
     """Answer steps (generate and refine), without attempts retried (copies, cut off)."""
     return [s for s in steps if is_answer(s)]
+
+
+def _drafts(steps: Sequence[Step]) -> list[Step]:
+    """The answers that may be chosen: every iteration's answer and the first drafts of
+    refinements drafted once more (``redraft``), in the order they were made."""
+    return [s for s in steps if is_draft(s)]
 
 
 def _feedback_on(steps: Sequence[Step], iteration: int) -> Step | None:
@@ -300,6 +310,8 @@ def plan(
         return (last.role, t)  # the same messages once more, with a repetition penalty
     if is_copy(last):
         return ("refine", t)  # the copy guard's one retry, at a higher temperature
+    if is_redraft(last):
+        return ("refine", t)  # the same messages once more: a second draft
     if _retry_cut_off(steps):
         return ("feedback", t)  # one retry, with a repetition penalty
     if last.role == "feedback":
@@ -325,7 +337,16 @@ def plan(
 
 
 def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, list[float | None]]:
-    """The chosen iteration, its score and every iteration's score.
+    """The chosen iteration, its score and every iteration's score (see ``chosen``)."""
+    step, score, scores = chosen(steps, job)
+    return (None if step is None else step.iteration), score, scores
+
+
+def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, list[float | None]]:
+    """The chosen answer, its score and every iteration's score.
+
+    The candidates are the drafts (``_drafts``): every iteration's answer and the first
+    draft of a refinement drafted once more, which has no feedback and so no score.
 
     An answer that fails a test an earlier answer passed is never chosen. Where the
     answers carry tests, the rest are judged on all the tests any of them wrote (the
@@ -342,11 +363,12 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
     tests (``pooled``'s behaviour digests). The best-scored candidate wins, ties going to
     the later one; without scores, the last.
     """
-    answers = _answers(steps)
+    answers = _drafts(steps)
     if not answers:
         return None, None, []
     feedback = {s.iteration: s for s in steps if s.role == "feedback"}
-    scores = [_score(job, feedback.get(a.iteration)) for a in answers]
+    scores = [None if is_redraft(a) else _score(job, feedback.get(a.iteration)) for a in answers]
+    by_iteration = [sc for a, sc in zip(answers, scores, strict=True) if not is_redraft(a)]
     broken = _breaks_passed_tests(answers)
     kept = [i for i in range(len(answers)) if i not in broken]  # never empty: 0 breaks nothing
     pool = _pool(answers)
@@ -359,7 +381,7 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
             fewest = min(stray[i] for i in kept)
             kept = [i for i in kept if stray[i] == fewest]
         if most < total:  # no answer passes every test written: the tests decide, not the critic
-            return answers[kept[0]].iteration, scores[kept[0]], scores
+            return answers[kept[0]], scores[kept[0]], by_iteration
     passing = [i for i in kept if answers[i].checks == []]
     candidates = passing or _most_tests_passed(answers, kept)
     behaviour = _behaviour(answers) if pool is not None else None
@@ -379,8 +401,8 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
         if sc is not None and (best is None or sc >= (scores[best] or 0.0)):
             best = i
     if best is None:
-        return answers[candidates[-1]].iteration, None, scores
-    return answers[best].iteration, scores[best], scores
+        return answers[candidates[-1]], None, by_iteration
+    return answers[best], scores[best], by_iteration
 
 
 def _most_tests_passed(answers: Sequence[Step], kept: Sequence[int]) -> list[int]:
@@ -651,12 +673,26 @@ async def make_step(
             "message": "answer cut off at max_tokens (finish_reason=length); asked once more "
             f"with frequency penalty {RETRY_FREQUENCY_PENALTY:g}",
         }
-    elif metrics is not None and artifacts.FAILED_TESTS in metrics:
-        # An answer (not a copy to retry) whose tests ran: how it and every earlier answer
-        # fare on the tests all of them wrote, for choose.
-        programs = [a.output or "" for a in answers] + [output]
-        asked = artifacts.terms(record.fields)
-        metrics[artifacts.POOLED_TESTS] = await anyio.to_thread.run_sync(pooled, programs, asked)
+    else:
+        if metrics is not None and artifacts.FAILED_TESTS in metrics:
+            # An answer (not a copy to retry) whose tests ran: how it and every earlier
+            # draft fare on the tests all of them wrote, for choose.
+            programs = [d.output or "" for d in _drafts(steps)] + [output]
+            asked = artifacts.terms(record.fields)
+            pool = await anyio.to_thread.run_sync(pooled, programs, asked)
+            metrics[artifacts.POOLED_TESTS] = pool
+        if (
+            job.redraft
+            and role == "refine"
+            and found
+            and error is None
+            and not any(is_retried(s) and s.iteration == iteration for s in steps)
+        ):
+            error = {
+                "type": REDRAFT,
+                "message": f"checks found {len(found)} problem(s); drafted once more "
+                "from the same messages (this draft stays a candidate)",
+            }
     return Step(
         role,
         iteration,
@@ -696,9 +732,8 @@ def finish(
     error: dict[str, Any] | None = None,
 ) -> Outcome:
     """The record's outcome from its steps: the chosen answer, and why the loop stopped."""
-    chosen, score, scores = choose(steps, job)
-    answers = {s.iteration: s for s in _answers(steps)}
-    output = answers[chosen].output if chosen is not None else None
+    answer, score, scores = chosen(steps, job)
+    output = answer.output if answer is not None else None
     tests = None
     if output is not None and job.extract == "code-with-tests":
         output, tests = artifacts.split(output)
@@ -707,13 +742,14 @@ def finish(
         status="failed" if error else "done",
         output=output,
         iterations=max((s.iteration for s in _answers(steps) if s.role == "refine"), default=0),
-        chosen_iteration=chosen,
+        chosen_iteration=None if answer is None else answer.iteration,
         stop_reason=reason,
         score=score,
         steps=tuple(steps),
         error=error,
         scores=tuple(scores),
         tests=tests,
+        chosen_step=None if answer is None else next(i for i, s in enumerate(steps) if s is answer),
     )
 
 

@@ -91,7 +91,8 @@ def slice_records(source: Path, n: int, skip: int, dest: Path) -> Path:
 
 
 def answers_by_iteration(steps: Sequence[dict[str, Any]]) -> dict[int, str]:
-    """Each iteration's answer in a trace (a retried copy or cut-off answer gives way)."""
+    """Each iteration's answer in a trace (a retried copy, a cut-off answer or a first
+    draft drafted once more gives way to the attempt after it)."""
     out: dict[int, str] = {}
     for step in steps:
         error = step.get("error") or {}

@@ -300,7 +300,9 @@ def test_cancel_keeps_finished_lines_and_the_next_run_sends_the_rest(tmp_path: P
         args = batch_args(inp, run_dir, sim.url, "--max-iters", "0")
         first = refine(*args, "--detach")
         assert first.returncode == 75, first.stderr
-        status = refine("status", str(run_dir))  # takes seconds: some lines finish meanwhile
+        status = refine("status", str(run_dir))
+        # The 20 lines finish one every 1.5 s of the 30 s window: wait for some, not all.
+        time.sleep(4.0)
         cancelled = refine("cancel", str(run_dir))
         done = refine(*args)
         batches = sim.batches

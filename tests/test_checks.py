@@ -24,8 +24,13 @@ def must_mention_total(fields: Mapping[str, Any], output: str) -> list[str]:
     return [] if "total" in output else ["Name the accumulator `total` (line 2)."]
 
 
-BASE = dataclasses.replace(  # without its own hooks, tests and copy guard
-    load_job("code-improve"), checker=None, evaluator=None, extract="code", retry_copy=False
+BASE = dataclasses.replace(  # without its own hooks, tests, copy guard and second drafts
+    load_job("code-improve"),
+    checker=None,
+    evaluator=None,
+    extract="code",
+    retry_copy=False,
+    redraft=False,
 )
 CHECKED = dataclasses.replace(BASE, checker=must_mention_total, score_threshold=None)
 
@@ -248,7 +253,8 @@ async def test_copy_step_is_not_an_iteration_in_outputs() -> None:
 
 # -- answers that carry their own tests (code-improve) ------------------------------------------
 
-CODE_IMPROVE = load_job("code-improve")  # with its hooks: the answer's tests run in the sandbox
+REDRAFTING = load_job("code-improve")  # with its hooks: the answer's tests run in the sandbox
+CODE_IMPROVE = dataclasses.replace(REDRAFTING, redraft=False)  # one draft per refinement
 
 
 def answer(code: str, tests: str) -> str:
@@ -800,3 +806,77 @@ async def test_a_test_for_an_error_the_request_does_not_name_does_not_choose() -
     assert draft.metrics["tests_total"] == 2  # the ValueError test is no test of the request
     assert counts(refined.metrics) == {"total": 2, "passed": [2, 2]}
     assert (outcome.output_line()["chosen_iteration"], outcome.output) == (0, SECOND)
+
+
+@pytest.mark.anyio
+async def test_a_refinement_failing_its_checks_is_drafted_once_more_and_either_may_win() -> None:
+    """A refinement whose own test fails is drafted again from the same messages at the
+    job's temperature; the second draft is the iteration's answer the critic reviews, the
+    first stays a candidate and, passing more of the pooled tests, is the output."""
+    job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
+    client = ScriptedClient(
+        [
+            answer(SUB, "assert add(1, 2) == 3"),
+            critic(done=False, score=3),
+            answer(ADD, "assert add(1, 2) == 3\nassert add(2, 2) == 5"),  # one wrong test
+            answer(SUB, "assert add(1, 2) == 3\nassert add(0, 0) == 0"),  # fails: no third
+            critic(done=False, score=9),
+        ]
+    )
+    sink = RecordingSink()
+    outcome = await refine_record(RECORD, job, client, sink, Policy(1))
+    assert client.script == []
+    first, second = outcome.steps[2], outcome.steps[3]
+    assert first.error is not None and first.error["type"] == "redraft" and first.checks
+    assert second.error is None and second.checks
+    assert client.messages[3] == client.messages[2]  # the same prompt, sampled once more
+    assert client.temperatures[2] == client.temperatures[3] == job.temperature
+    assert SUB in client.messages[4][-1]["content"]  # the critic reviews the second draft
+    assert ADD not in client.messages[4][-1]["content"]
+    # every draft is judged on the pooled tests: add(1,2)==3, add(2,2)==5, add(0,0)==0
+    assert counts(second.metrics) == {"total": 3, "passed": [1, 2, 1]}
+    line = outcome.output_line()
+    assert (line["chosen_iteration"], line["output"], line["chosen_step"]) == (1, ADD, 2)
+    assert line["metrics"]["tests_passed"] == 1  # the chosen draft's own metrics
+    assert [m["tests_passed"] for m in line["metrics_by_iteration"]] == [0, 1]
+    assert line["iterations"] == 1 and len(line["scores"]) == 2
+
+
+@pytest.mark.anyio
+async def test_a_refinement_passing_its_checks_is_not_drafted_again() -> None:
+    """Only a refinement its checks find problems in gets a second draft."""
+    job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
+    outcome, _ = await loop(
+        job,
+        [
+            answer(SUB, "assert add(1, 2) == 3"),
+            critic(done=False, score=3),
+            answer(ADD, "assert add(1, 2) == 3"),
+            critic(done=True, score=9),
+        ],
+    )
+    assert [s.error for s in outcome.steps] == [None] * 4
+    assert outcome.stop_reason == "done" and outcome.output == ADD
+    assert "chosen_step" not in outcome.output_line()
+
+
+@pytest.mark.anyio
+async def test_a_run_stopped_after_a_first_draft_resumes_with_the_second() -> None:
+    """Resumed from the steps saved up to a first draft, the loop asks the second draft
+    (the same messages), not the critic."""
+    job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
+    script = [
+        answer(SUB, "assert add(1, 2) == 3"),
+        critic(done=False, score=3),
+        answer(SUB, "assert add(2, 2) == 4"),  # fails its test: a second draft is due
+    ]
+    sink = RecordingSink()
+    client = ScriptedClient(script)
+    with pytest.raises(AssertionError, match="more calls than scripted"):
+        await refine_record(RECORD, job, client, sink, Policy(1))
+    saved = sink.steps
+    assert saved[-1].error is not None and saved[-1].error["type"] == "redraft"
+    resumed = ScriptedClient([answer(ADD, "assert add(1, 2) == 3"), critic(done=True, score=9)])
+    outcome = await refine_record(RECORD, job, resumed, RecordingSink(), Policy(1), prior=saved)
+    assert resumed.messages[0] == client.messages[2]
+    assert resumed.script == [] and outcome.output == ADD and outcome.chosen_iteration == 1

@@ -17,7 +17,9 @@ from pipeline.prices import Price, PriceBook
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
-JOB = dataclasses.replace(load_job("code-improve"), retry_copy=False)  # scored, no copy retries
+JOB = dataclasses.replace(  # scored, no copy retries or second drafts
+    load_job("code-improve"), retry_copy=False, redraft=False
+)
 MODELS = {"generate": "m", "refine": "m", "feedback": "m"}
 
 
@@ -36,6 +38,16 @@ def test_calls_per_scenario_follow_the_loop(tmp_path: Path, max_iters: int) -> N
     low, exp, high = (est.scenarios[n] for n in ("low", "expected", "high"))
     assert low.prompt_tokens <= exp.prompt_tokens <= high.prompt_tokens
     assert high.completion_tokens == high.calls * JOB.max_tokens
+
+
+def test_high_counts_a_second_draft_and_a_copy_retry_per_refinement(tmp_path: Path) -> None:
+    """The shipped code-improve redrafts and retries copies: high counts both per refinement."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
+    job = load_job("code-improve")
+    assert job.redraft and job.retry_copy
+    est = from_prompts(job, inp, Settings(max_iters=2), PriceBook(), MODELS)
+    assert est.scenarios["high"].calls == 10 * (1 + 2 * (1 + 3) + 1)
+    assert est.scenarios["low"].calls == 10 * 2
 
 
 def test_scaled_to_the_input_from_its_first_records(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from pipeline import (
     load_job,
     run,
 )
-from pipeline.calls import Step, is_copy
+from pipeline.calls import Step, is_copy, is_retried
 from pipeline.rundir import RunDir
 from pipeline.status import collect
 from pipeline.testing.simulator import SimConfig, Simulator
@@ -361,8 +361,8 @@ def test_min_iters_forces_a_refinement(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="min-iters"):
             go(sim, inp, tmp_path / "bad", min_iters=3)
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
-        # (a refinement the copy guard retried is not an iteration: its retry is)
-        steps = [s for s in trace["steps"] if not is_copy(Step.from_dict(s))]
+        # (an attempt asked again, a copy or a first draft, is not an iteration: its retry is)
+        steps = [s for s in trace["steps"] if not is_retried(Step.from_dict(s))]
         roles = [s["role"] for s in steps]
         assert roles[:4] == ["generate", "feedback", "refine", "feedback"]
 

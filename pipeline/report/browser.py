@@ -22,7 +22,7 @@ from typing import IO, Any, Final
 
 import orjson
 
-from ..calls import COPY, CUT_RETRY
+from ..calls import COPY, CUT_RETRY, REDRAFT
 from .source import Key, Pricing, integer, number, record_values
 
 __all__ = [
@@ -137,6 +137,9 @@ def record_detail(cand: Candidate, steps: Sequence[Any], pricing: Pricing) -> di
             continue
         if error is not None and error["type"] == CUT_RETRY:
             entry.setdefault("cut_off", []).append(text)
+            continue
+        if error is not None and error["type"] == REDRAFT:
+            entry.setdefault("drafts", []).append(text)
             continue
         checks = step.get("checks")
         entry.update(
