@@ -22,7 +22,7 @@ Usage: scripts/choose_again.py [--recheck] RUN_DIR [RUN_DIR ...]
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from quality import HIDDEN, SUITE, hidden_pass  # noqa: E402  (this folder)
 
 from pipeline.answers import FAILED_TESTS, POOLED_TESTS, split, terms  # noqa: E402
-from pipeline.calls import Step, is_answer, is_copy, is_cut_retry  # noqa: E402
+from pipeline.calls import Step, is_answer, is_copy, is_cut_retry, is_draft  # noqa: E402
 from pipeline.jobs import Job, load_job  # noqa: E402
-from pipeline.loop import CUT_OFF, choose, pooled  # noqa: E402
+from pipeline.loop import CUT_OFF, chosen, pooled  # noqa: E402
 
 
 def with_pool(
@@ -55,7 +55,7 @@ def with_pool(
     out: list[Step] = []
     programs: list[str] = []
     for step in steps:
-        if is_answer(step) and step.metrics is not None and FAILED_TESTS in step.metrics:
+        if is_draft(step) and step.metrics is not None and FAILED_TESTS in step.metrics:
             if job is not None:
                 step = rechecked(step, job, fields)
             programs.append(step.output or "")
@@ -88,6 +88,11 @@ def without_pool(steps: list[Step]) -> list[Step]:
         else s
         for s in steps
     ]
+
+
+def _passes(passes: Mapping[int, bool], steps: Sequence[Step], step: Step | None) -> bool:
+    """Whether the chosen ``step`` (one of ``steps``) passes the hidden tests."""
+    return step is not None and passes.get(next(i for i, s in enumerate(steps) if s is step), False)
 
 
 @dataclass
@@ -156,21 +161,24 @@ def report(
         tokens += sum(
             s.usage.get("prompt_tokens", 0) + s.usage.get("completion_tokens", 0) for s in steps
         )
+        # every answer that may be chosen (a first draft too), by its place in the trace
         passes = {
-            s.iteration: hidden_pass(split(s.output or "")[0], hidden[rid])
-            for s in steps
-            if is_answer(s)
+            i: hidden_pass(split(s.output or "")[0], hidden[rid])
+            for i, s in enumerate(steps)
+            if is_draft(s)
         }
+        first = passes[min(passes)]
+        bare = without_pool(steps)
         out = outputs[rid]["output"]
         now = {
-            "first": passes[0],
+            "first": first,
             "output": out is not None and hidden_pass(out, hidden[rid]),
-            "again": passes.get(choose(steps, job)[0], False),  # type: ignore[arg-type]
-            "previous": passes.get(choose(without_pool(steps), job)[0], False),  # type: ignore[arg-type]
+            "again": _passes(passes, steps, chosen(steps, job)[0]),
+            "previous": _passes(passes, bare, chosen(bare, job)[0]),
             "best": any(passes.values()),
         }
         for rule in RULES:
-            tallies[rule].add(rid, now[rule], passes[0])
+            tallies[rule].add(rid, now[rule], first)
     n = len(outputs)
     shown = "; ".join(f"{SHOWN[rule]} {tallies[rule].text(n)}" for rule in RULES[1:])
     text = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -12,9 +13,10 @@ import orjson
 import pytest
 
 from pipeline.jobs import load_job
-from pipeline.loop import Step, build_messages
+from pipeline.loop import Policy, Step, build_messages, refine_record
 from pipeline.records import Record
 from pipeline.sandbox import run_tests
+from tests.fakes import RecordingSink, ScriptedClient
 from tests.fixtures.code_suite_solutions import SOLUTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,3 +105,51 @@ def test_pass_rate_by_iteration_is_carried_forward() -> None:
     """A record that stopped early counts with its last answer in later rows."""
     carried = quality_script().carried
     assert [carried({0: False, 1: True}, t) for t in range(3)] == [False, True, True]
+
+
+def choose_again_script() -> ModuleType:
+    """scripts/choose_again.py, imported as a module."""
+    path = ROOT / "scripts" / "choose_again.py"
+    spec = importlib.util.spec_from_file_location("choose_again_script", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def fenced(code: str, tests: str) -> str:
+    """A model answer as code-improve asks for it: the code block, then the tests block."""
+    return f"```python\n{code}\n```\n```python\n{tests}\n```"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("recheck", [False, True])
+async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, recheck: bool) -> None:
+    """On a run whose output is a first draft (the right code, drafted once more), the
+    script's choice, like the run's, is that draft: iteration 0 fails the hidden tests,
+    the output and the choice pass them, gained against iteration 0."""
+    wrong = "def run_length_encode(s):\n    return [(c, 1) for c in s]"
+    right = "assert run_length_encode('aab') == [('a', 2), ('b', 1)]"
+    critic = '{{"actions": ["fix"], "score": {}, "done": false}}'
+    client = ScriptedClient(
+        [
+            fenced(wrong, right),
+            critic.format(3),
+            fenced(SOLUTIONS["rle"], right + "\nassert run_length_encode('') == [('x', 1)]"),
+            fenced(wrong, right),  # the second draft: wrong again
+            critic.format(9),
+        ]
+    )
+    row = next(r for r in SUITE if r["id"] == "rle")
+    job = dataclasses.replace(load_job("code-improve"), score_threshold=None, retry_copy=False)
+    outcome = await refine_record(Record("rle", 1, row), job, client, RecordingSink(), Policy(1))
+    assert outcome.output == SOLUTIONS["rle"].strip() and outcome.chosen_iteration == 1
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
+    (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
+    _, tallies, n = choose_again_script().report(run_dir, HIDDEN, recheck)
+    assert n == 1
+    assert [tallies[rule].passed for rule in ("first", "output", "again", "best")] == [0, 1, 1, 1]
+    assert tallies["again"].gained == ["rle"] and tallies["again"].lost == []
