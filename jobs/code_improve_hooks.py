@@ -14,6 +14,7 @@ from typing import Any
 
 from pipeline import answers
 from pipeline.sandbox import TestsRun, run_calls, run_tests, syntax_problem
+from pipeline.signatures import contradiction
 
 SHOWN_FAILURES = 3  # more failing tests than this are counted, not listed
 SHOWN_STRAY = 2  # calls shown doing what the request does not ask for
@@ -25,18 +26,18 @@ def _run(code: str, tests: tuple[str, ...]) -> TestsRun:
     return run_tests(code, tests)  # the sandbox's limits for tests, as the pooled tests run
 
 
-def _results(errors: frozenset[str], output: str) -> tuple[list[str], TestsRun | None]:
+def _results(asked: answers.Terms, output: str) -> tuple[list[str], TestsRun | None]:
     """The answer's tests and what running them found (None when the code does not parse).
 
-    A test for an error the request does not name is no test of what it asks and is left
-    out (``answers.unasked_raise``); a ``try`` of a call that catches an error it names
-    (``errors``), asserting nothing, runs as a test that the call raises it
-    (``answers.must_raise``)."""
+    A test for an error the request does not name, or one contradicting a signature it
+    declares, is no test of what it asks and is left out (``answers.asked_tests``); a
+    ``try`` of a call that catches an error it names, asserting nothing, runs as a test
+    that the call raises it (``answers.must_raise``)."""
     code, tests = answers.split(output)
-    units = [u for u in answers.split_tests(tests) if not answers.unasked_raise(u, errors)]
+    units = answers.asked_tests(answers.split_tests(tests), asked)
     if syntax_problem(code) is not None or not units:
         return units, None
-    return units, _run(code, tuple(answers.must_raise(u, errors) for u in units))
+    return units, _run(code, tuple(answers.must_raise(u, asked.errors) for u in units))
 
 
 def _located(output: str, problem: str) -> str:
@@ -51,7 +52,7 @@ def _located(output: str, problem: str) -> str:
 def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
     """``tests_passed`` / ``tests_total`` of the answer's own tests, and which ones failed."""
     code, _ = answers.split(output)
-    units, run = _results(answers.terms(fields).errors, output)
+    units, run = _results(answers.terms(fields), output)
     metrics: dict[str, Any] = {"parses": syntax_problem(code) is None, "tests_total": len(units)}
     if run is None or run.error is not None:
         failed = units
@@ -73,7 +74,8 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         return [f"Fix the syntax error at {problem}."]
     found = answers.comment_commentary(code, tests=True)
     asked = answers.terms(fields)
-    units, run = _results(asked.errors, output)
+    units, run = _results(asked, output)
+    found += _contradicting(asked, output)
     tests_problem = syntax_problem(answers.split(output)[1])
     if units and tests_problem is not None:
         found.append(f"Fix the syntax error in the tests at {_located(output, tests_problem)}.")
@@ -99,6 +101,27 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             "wrong value, correct the test instead."
         )
     return found + _stray_effects(asked, code, units)
+
+
+def _contradicting(asked: answers.Terms, output: str) -> list[str]:
+    """A finding for the tests left out because they contradict a signature the request
+    declares (rows given as strings where it declares lists, lists expected where it
+    returns tuples)."""
+    wrong = [
+        found
+        for unit in answers.split_tests(answers.split(output)[1])
+        if (found := contradiction(unit, asked.signatures)) is not None
+    ]
+    if not wrong:
+        return []
+    more = len(wrong) - SHOWN_STRAY
+    return [
+        "Tests that contradict the request's signature are left out: "
+        + "; ".join(wrong[:SHOWN_STRAY])
+        + (f" (and {more} more)" if more > 0 else "")
+        + ". Call the function with arguments of the types it declares, and expect "
+        "results of the type it returns."
+    ]
 
 
 def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[str]:

@@ -23,6 +23,8 @@ import tokenize
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from .signatures import Signature, contradiction, signatures
+
 __all__ = [
     "EXTRACT_MODES",
     "FAILED_TESTS",
@@ -30,6 +32,7 @@ __all__ = [
     "TESTS_MARKER",
     "RaiseAsValue",
     "Terms",
+    "asked_tests",
     "carry_tests",
     "comment_commentary",
     "extract",
@@ -662,20 +665,34 @@ _CHANGED = re.compile(r" \[argument ([0-9, ]+) changed\]$")  # see sandbox.run_c
 class Terms(NamedTuple):
     """What a request allows a function besides returning a value: the exceptions it
     names ("it must raise ValueError for an empty list"), and whether it asks for work in
-    place (changing the caller's list, say)."""
+    place (changing the caller's list, say); and the signatures it declares
+    (``signatures.signatures``: what its arguments and results are)."""
 
     errors: frozenset[str] = frozenset()
     in_place: bool = False
+    signatures: tuple[Signature, ...] = ()
 
 
 def terms(fields: Mapping[str, Any]) -> Terms:
     """The ``Terms`` of a record's request, read from its text fields: the names ending in
-    ``Error`` or ``Exception``, and "in place" (or "in-place")."""
+    ``Error`` or ``Exception``, "in place" (or "in-place"), and the annotated signatures."""
     texts = [value for value in fields.values() if isinstance(value, str)]
     return Terms(
         frozenset(name for text in texts for name in _ERROR_NAME.findall(text)),
         any(_IN_PLACE.search(text) for text in texts),
+        tuple(sig for text in texts for sig in signatures(text)),
     )
+
+
+def asked_tests(units: Iterable[str], asked: Terms) -> list[str]:
+    """The tests of ``units`` that test what the request asks: without those for an error
+    it does not name (``unasked_raise``) or contradicting a signature it declares
+    (``signatures.contradiction``)."""
+    return [
+        unit
+        for unit in units
+        if not unasked_raise(unit, asked.errors) and contradiction(unit, asked.signatures) is None
+    ]
 
 
 def stray_effect(result: str, asked: Terms) -> str | None:

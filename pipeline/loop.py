@@ -196,11 +196,7 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
     run).
     """
     asked = asked or artifacts.Terms()
-    pool = [
-        unit
-        for unit in artifacts.pooled_tests(programs)
-        if not artifacts.unasked_raise(unit, asked.errors)  # as the check leaves them out
-    ]
+    pool = artifacts.asked_tests(artifacts.pooled_tests(programs), asked)  # as the check does
     tests = [artifacts.must_raise(unit, asked.errors) for unit in pool]  # as the check runs them
     codes = [artifacts.split(program)[0] for program in programs]
     probes = artifacts.probe_calls(codes, pool)
@@ -651,7 +647,11 @@ async def make_step(
     if role == "refine" and job.extract == "code-with-tests":
         # Tests an earlier answer passed stay with every later one, so a refinement that
         # breaks them is seen to (and, by choose, is never the chosen answer).
-        output = artifacts.carry_tests(output, list(_passed_tests(answers).values()))
+        # (Only tests of what the request asks: one left out by the check never ran.)
+        kept = artifacts.asked_tests(
+            _passed_tests(answers).values(), artifacts.terms(record.fields)
+        )
+        output = artifacts.carry_tests(output, kept)
     metrics, found = await _evaluate(job, record, output, checks)
     if checks and cut_off:
         found = [*(found or []), CUT_OFF]  # a verified problem: the refine step shortens it

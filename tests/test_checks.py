@@ -880,3 +880,55 @@ async def test_a_run_stopped_after_a_first_draft_resumes_with_the_second() -> No
     outcome = await refine_record(RECORD, job, resumed, RecordingSink(), Policy(1), prior=saved)
     assert resumed.messages[0] == client.messages[2]
     assert resumed.script == [] and outcome.output == ADD and outcome.chosen_iteration == 1
+
+
+TOTAL = Record(
+    "t", 1, {"id": "t", "task": "Write total(values: list[int]) -> int that sums the values."}
+)
+SUM = "def total(values):\n    return sum(values)"
+SUM_DIGITS = "def total(values):\n    return sum(int(v) for v in values)"
+
+
+@pytest.mark.anyio
+async def test_a_test_contradicting_the_requests_signature_is_left_out_and_named() -> None:
+    """A test passing a string where the request declares a list of ints is not run,
+    counted, pooled or carried to the refinement, and a finding names it."""
+    outcome, client = await loop(
+        CODE_IMPROVE,
+        [
+            answer(SUM, "assert total([1, 2]) == 3\nassert total('12') == 3"),
+            critic(done=True, score=9),  # vetoed: the finding stands
+            answer(SUM_DIGITS, "assert total([3]) == 3"),
+            critic(done=True, score=9),
+        ],
+        TOTAL,
+    )
+    draft, refined = outcome.steps[0], outcome.steps[2]
+    assert "`total('12')` passes `'12'`" in client.messages[2][-1]["content"]
+    assert draft.metrics is not None and draft.metrics["tests_total"] == 1
+    assert draft.checks == [
+        "Tests that contradict the request's signature are left out: `total('12')` passes "
+        "`'12'` as `values: list[int]`. Call the function with arguments of the types it "
+        "declares, and expect results of the type it returns."
+    ]
+    # the pool: total([1, 2]) == 3 (carried to the refinement too), total([3]) == 3
+    assert counts(refined.metrics) == {"total": 2, "passed": [2, 2]}
+
+
+@pytest.mark.anyio
+async def test_a_left_out_test_is_not_carried_to_a_refinement() -> None:
+    """The draft's tests passed are carried to a refinement that drops them; the one left
+    out for contradicting the signature (it never ran) is not."""
+    outcome, _ = await loop(
+        CODE_IMPROVE,
+        [
+            answer(SUM, "assert total([1, 2]) == 3\nassert total('12') == 3"),
+            critic(done=False, score=5),
+            answer(SUM, "assert total([]) == 0"),
+            critic(done=True, score=9),
+        ],
+        TOTAL,
+    )
+    refined = outcome.steps[2].output or ""
+    assert "assert total([1, 2]) == 3" in refined
+    assert "total('12')" not in refined
