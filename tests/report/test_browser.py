@@ -106,6 +106,18 @@ def test_record_detail_keeps_a_cut_off_answer_asked_again_aside() -> None:
     assert len(it["calls"]) == 2
 
 
+def test_record_detail_keeps_a_first_draft_aside() -> None:
+    """A refinement drafted once more is kept aside; the second draft is the answer."""
+    steps = [
+        step("generate", 0, output="draft"),
+        step("refine", 1, output="first", error={"type": "redraft", "message": "once more"}),
+        step("refine", 1, output="second"),
+    ]
+    _, it = record_detail(Candidate(0, ["r"], [], None), steps, MODEL)["iterations"]
+    assert (it["output"], it["drafts"], it["error"]) == ("second", ["first"], None)
+    assert len(it["calls"]) == 2
+
+
 def test_record_detail_cost_is_unknown_when_a_call_has_no_price() -> None:
     """An iteration's dollars are the sum of its calls', or unknown when one has no price."""
     million = {"prompt_tokens": 10**6, "completion_tokens": 0}

@@ -102,7 +102,7 @@ def listed_ids(page: Page) -> list[str]:
 
 
 def answers(steps: list[dict[str, Any]]) -> dict[int, str]:
-    """Each iteration's answer in a trace (copies and cut-off answers asked again left out)."""
+    """Each iteration's answer in a trace (attempts the loop asked again left out)."""
     return {
         s["iteration"]: s["output"]
         for s in steps
@@ -110,7 +110,7 @@ def answers(steps: list[dict[str, Any]]) -> dict[int, str]:
     }
 
 
-RETRIED = ("copy", "cut_off")  # error types of answer attempts the loop asked again
+RETRIED = ("copy", "cut_off", "redraft")  # error types of attempts the loop asked again
 
 
 # -- the 25-record run -------------------------------------------------------------------------
