@@ -588,8 +588,10 @@ def _variants(arg: ast.expr) -> list[ast.expr]:
     """Small changes of a literal argument: a number made 0, negated or moved by one; a
     string emptied, shortened, its first or last character doubled, its case changed or
     reversed; a list or tuple emptied, cut to its first item, without its last, reversed,
-    its first item doubled, and, of numbers only, each number's sign turned. Nothing for
-    anything else."""
+    its first item doubled, of numbers only, each number's sign turned, and, holding lists
+    or tuples, with each of those as the other kind (``[1, [2, 3]]`` as ``[1, (2, 3)]``:
+    code that flattens tuples too is told apart from code that keeps them as items).
+    Nothing for anything else."""
     if isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub):
         operand = arg.operand
         if isinstance(operand, ast.Constant) and isinstance(operand.value, int | float):
@@ -614,8 +616,20 @@ def _variants(arg: ast.expr) -> list[ast.expr]:
         numbers = [_number(item) for item in items]
         if items and all(n is not None for n in numbers):  # the numbers' signs turned
             forms.append([ast.Constant(-n) for n in numbers if n is not None])
+        swapped = [_other_sequence(item) for item in items]
+        if swapped != items:  # the lists in it as tuples, the tuples as lists
+            forms.append(swapped)
         return [type(arg)(elts=list(form), ctx=ast.Load()) for form in forms]
     return []
+
+
+def _other_sequence(node: ast.expr) -> ast.expr:
+    """A list literal as a tuple and a tuple as a list; anything else as it is."""
+    if isinstance(node, ast.List):
+        return ast.Tuple(elts=node.elts, ctx=ast.Load())
+    if isinstance(node, ast.Tuple):
+        return ast.List(elts=node.elts, ctx=ast.Load())
+    return node
 
 
 def _number(node: ast.expr) -> int | float | None:

@@ -491,6 +491,18 @@ def test_unasked_raise_is_a_test_for_an_error_the_request_does_not_name(
     assert unasked_raise(unit, frozenset(errors)) is unasked
 
 
+def test_probe_calls_give_the_lists_in_a_list_as_tuples() -> None:
+    """A list holding lists (or tuples) also goes in with each of them as the other kind,
+    so code that flattens tuples too is told apart from code that keeps them as items; a
+    list holding neither does not."""
+    calls = probe_calls(
+        ["def flat(xs):\n    return xs"],
+        ["assert flat([1, [2, [3]], (4, 5)]) == [1, 2, 3, (4, 5)]", "assert flat([1]) == [1]"],
+    )
+    assert "flat([1, (2, [3]), [4, 5]])" in calls
+    assert not any(c.startswith("flat((") or "flat([(1" in c for c in calls)
+
+
 def test_probe_calls_turn_the_signs_of_a_list_of_numbers() -> None:
     """A list (or tuple) of number literals also goes in with every sign turned, so code
     that seeds a maximum with -1 is told apart from code that does not; a list holding

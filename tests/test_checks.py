@@ -932,3 +932,39 @@ async def test_a_left_out_test_is_not_carried_to_a_refinement() -> None:
     refined = outcome.steps[2].output or ""
     assert "assert total([1, 2]) == 3" in refined
     assert "total('12')" not in refined
+
+
+FLATTEN = Record(
+    "f",
+    1,
+    {
+        "id": "f",
+        "task": "Write flatten(nested: list) -> list that returns every non-list item of a "
+        "nested list, in order. Only lists are flattened: tuples are items.",
+    },
+)
+LISTS_ONLY = (
+    "def flatten(nested):\n    out = []\n    for x in nested:\n"
+    "        if isinstance(x, list):\n            out.extend(flatten(x))\n"
+    "        else:\n            out.append(x)\n    return out"
+)
+TUPLES_TOO = LISTS_ONLY.replace("isinstance(x, list)", "isinstance(x, (list, tuple))")
+
+
+@pytest.mark.anyio
+async def test_a_refinement_that_flattens_tuples_no_test_holds_is_not_chosen() -> None:
+    """Draft and refinement pass the same tests, none with a tuple in it, and the critic
+    scores the refinement higher; given the tests' lists as tuples, the two differ, so the
+    draft stays the output."""
+    outcome = await refined_once(
+        LISTS_ONLY,
+        TUPLES_TOO,
+        "assert flatten([1, [2, [3]], 4]) == [1, 2, 3, 4]\nassert flatten([]) == []",
+        "flatten tuples as well",
+        FLATTEN,
+    )
+    refined = outcome.steps[2]
+    assert counts(refined.metrics) == {"total": 2, "passed": [2, 2]}
+    digests = refined.metrics["tests_pooled"]["behaviour"]  # type: ignore[index]
+    assert digests[0] != digests[1]
+    assert (outcome.output_line()["chosen_iteration"], outcome.output) == (0, LISTS_ONLY)
