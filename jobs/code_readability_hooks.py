@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.answers import comment_commentary
+from pipeline.pyast import parse_module
 from pipeline.sandbox import syntax_problem
 
 
@@ -29,7 +30,7 @@ def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
     problem = syntax_problem(output)
     if problem is not None:
         return {"parses": False, "syntax_error": problem}
-    tree = ast.parse(output)
+    tree = parse_module(output)
     functions = sum(
         isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) for node in ast.walk(tree)
     )

@@ -23,6 +23,7 @@ import tokenize
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from .pyast import parse_module
 from .signatures import Signature, contradiction, signatures
 
 __all__ = [
@@ -186,7 +187,7 @@ def split(program: str) -> tuple[str, str]:
 
 def _parse(source: str) -> ast.Module | None:
     try:
-        return ast.parse(source)
+        return parse_module(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
 

@@ -7,7 +7,6 @@ by prose, trailing commas and Python-style literals. Pure functions only.
 
 from __future__ import annotations
 
-import ast
 import io
 import math
 import re
@@ -18,6 +17,7 @@ from typing import Any
 import orjson
 
 from .errors import FeedbackParseError
+from .pyast import literal
 
 __all__ = ["normalize", "parse_feedback", "render_feedback"]
 
@@ -51,7 +51,7 @@ def _loads(candidate: str) -> Any:
     # Python-style literals (single quotes, True/False/None), with JSON's names
     # swapped only where they are names, never inside strings.
     try:
-        return ast.literal_eval(_pythonic(repaired))
+        return literal(_pythonic(repaired))
     except (ValueError, SyntaxError, MemoryError, RecursionError, tokenize.TokenError):
         return None
 

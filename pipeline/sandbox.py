@@ -27,7 +27,6 @@ Thread-safe: no global state; every call owns its directory, pipes and process.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import math
 import os
@@ -43,6 +42,8 @@ from pathlib import Path
 from typing import Final
 
 import orjson
+
+from .pyast import parse_module
 
 __all__ = [
     "MAX_OUTPUT_BYTES",
@@ -624,7 +625,7 @@ def _kill_group(pgid: int) -> None:
 def syntax_problem(code: str) -> str | None:
     """Why ``code`` does not parse ("line 3: invalid syntax"), or None when it does."""
     try:
-        ast.parse(code)
+        parse_module(code)
     except SyntaxError as err:
         return f"line {err.lineno}: {err.msg}"
     except (ValueError, MemoryError, RecursionError) as err:  # null bytes, absurd nesting

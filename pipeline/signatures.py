@@ -21,6 +21,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from .pyast import parse_expression, parse_module
+
 __all__ = ["Signature", "contradiction", "signatures"]
 
 
@@ -131,7 +133,7 @@ def signatures(text: str) -> tuple[Signature, ...]:
 def _definition(name: str, params: str, returns: str) -> ast.FunctionDef | None:
     arrow = f" -> {returns}" if returns else ""
     try:
-        node = ast.parse(f"def {name}({params}){arrow}: pass").body[0]
+        node = parse_module(f"def {name}({params}){arrow}: pass").body[0]
     except (SyntaxError, ValueError):
         return None
     return node if isinstance(node, ast.FunctionDef) else None
@@ -147,7 +149,7 @@ def contradiction(unit: str, declared: Sequence[Signature]) -> str | None:
     if not by_name:
         return None
     try:
-        tree = ast.parse(unit)
+        tree = parse_module(unit)
     except (SyntaxError, ValueError):
         return None
     if any(_tests_a_raise(node) for node in ast.walk(tree)):
@@ -237,7 +239,7 @@ def _misfit(node: ast.expr, annotation: str, *, strict: bool) -> str | None:
         return None
     try:
         value = ast.literal_eval(node)
-        expected = ast.parse(annotation, mode="eval").body
+        expected = parse_expression(annotation)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
     return None if _fits(value, expected, strict) else _clip(repr(value), 60)
@@ -265,7 +267,7 @@ def _fits(value: Any, annotation: ast.expr, strict: bool) -> bool:
             return False
         if isinstance(annotation.value, str):  # a forward reference: "list[int]"
             try:
-                return _fits(value, ast.parse(annotation.value, mode="eval").body, strict)
+                return _fits(value, parse_expression(annotation.value), strict)
             except SyntaxError:
                 return True
         return True

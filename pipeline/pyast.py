@@ -1,0 +1,36 @@
+"""``ast.parse`` that several threads may call at once.
+
+CPython 3.11 keeps the recursion depth of its conversion of a parsed tree into ``ast``
+objects in state every thread shares: two threads parsing at once can fail with
+``SystemError: AST constructor recursion depth mismatch``. The loop parses answers in
+worker threads (the job's checks and the pooled tests run off the event loop, many
+records at a time), so every parse in this process goes through one lock. Parsing is
+quick and holds the GIL anyway; the lock costs nothing measurable.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+from typing import Any
+
+__all__ = ["literal", "parse_expression", "parse_module"]
+
+_LOCK = threading.Lock()
+
+
+def parse_module(source: str) -> ast.Module:
+    """``ast.parse(source)``; raises what it raises (SyntaxError, ValueError, ...)."""
+    with _LOCK:
+        return ast.parse(source)
+
+
+def parse_expression(source: str) -> ast.expr:
+    """The expression ``source`` is (``ast.parse(source, mode="eval").body``)."""
+    with _LOCK:
+        return ast.parse(source, mode="eval").body
+
+
+def literal(source: str) -> Any:
+    """``ast.literal_eval(source)`` for a string, parsed under the lock."""
+    return ast.literal_eval(parse_expression(source.lstrip(" \t")))
