@@ -644,13 +644,13 @@ async def make_step(
     cut_off = comp.finish_reason == "length" and _reaches_the_end(comp.text, output)
     if cut_off and job.extract == "code-with-tests" and not comp.text.endswith("\n"):
         output = artifacts.without_unfinished_test(output)
-    if role == "refine" and job.extract == "code-with-tests":
+    # What the request asks (read once): for the tests carried and the pooled tests.
+    asked = artifacts.terms(record.fields) if job.extract == "code-with-tests" else None
+    if role == "refine" and asked is not None:
         # Tests an earlier answer passed stay with every later one, so a refinement that
         # breaks them is seen to (and, by choose, is never the chosen answer).
         # (Only tests of what the request asks: one left out by the check never ran.)
-        kept = artifacts.asked_tests(
-            _passed_tests(answers).values(), artifacts.terms(record.fields)
-        )
+        kept = artifacts.asked_tests(_passed_tests(answers).values(), asked)
         output = artifacts.carry_tests(output, kept)
     metrics, found = await _evaluate(job, record, output, checks)
     if checks and cut_off:
@@ -678,7 +678,8 @@ async def make_step(
             # An answer (not a copy to retry) whose tests ran: how it and every earlier
             # draft fare on the tests all of them wrote, for choose.
             programs = [d.output or "" for d in _drafts(steps)] + [output]
-            asked = artifacts.terms(record.fields)
+            if asked is None:
+                asked = artifacts.terms(record.fields)
             pool = await anyio.to_thread.run_sync(pooled, programs, asked)
             metrics[artifacts.POOLED_TESTS] = pool
         if (
