@@ -35,10 +35,18 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from quality import HIDDEN, SUITE, hidden_pass  # noqa: E402  (this folder)
 
-from pipeline.answers import FAILED_TESTS, POOLED_TESTS, split, terms  # noqa: E402
-from pipeline.calls import Step, is_answer, is_copy, is_cut_retry, is_draft  # noqa: E402
+from pipeline.answers import (  # noqa: E402
+    FAILED_TESTS,
+    POOLED_TESTS,
+    normalized,
+    split,
+    split_tests,
+    terms,
+)
+from pipeline.calls import Step, is_answer, is_copy, is_cut_retry, is_draft, is_redraft  # noqa: E402
 from pipeline.jobs import Job, load_job  # noqa: E402
 from pipeline.loop import CUT_OFF, chosen, pooled  # noqa: E402
+from pipeline.signatures import contradiction  # noqa: E402
 
 
 def with_pool(
@@ -147,6 +155,8 @@ def report(
     requests = {row["id"]: row for row in map(orjson.loads, SUITE.read_bytes().splitlines())}
     tallies = {rule: Tally() for rule in RULES}
     calls = copies = tokens = answers = cut_off = asked_again = 0
+    redrafts = righted = wronged = 0  # second drafts; right where the first was not, or wrong
+    against: set[tuple[str, str]] = set()  # tests contradicting the request's signature
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
@@ -168,6 +178,21 @@ def report(
             if is_draft(s)
         }
         first = passes[min(passes)]
+        for i in (i for i, s in enumerate(steps) if is_redraft(s)):
+            redrafts += 1
+            second = next(
+                (j for j in passes if j > i and steps[j].iteration == steps[i].iteration), None
+            )
+            if second is not None:
+                righted += passes[second] and not passes[i]
+                wronged += passes[i] and not passes[second]
+        declared = terms(requests[rid]).signatures
+        against |= {
+            (rid, normalized(unit))
+            for i in passes
+            for unit in split_tests(split(steps[i].output or "")[1])
+            if contradiction(unit, declared) is not None
+        }
         bare = without_pool(steps)
         out = outputs[rid]["output"]
         now = {
@@ -186,6 +211,9 @@ def report(
         f"{calls} calls ({copies} copy retries), {tokens:,} tokens; "
         f"{cut_off} of {answers} answers cut off at max_tokens"
         + (f" ({asked_again} more cut off and asked again)" if asked_again else "")
+        + f"; second drafts: {redrafts} ({righted} right where the first was not, {wronged} "
+        f"wrong where it was right); {len(against)} distinct tests against the request's "
+        "signature"
     )
     return text, tallies, n
 

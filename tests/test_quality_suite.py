@@ -137,7 +137,8 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
             fenced(wrong, right),
             critic.format(3),
             fenced(SOLUTIONS["rle"], right + "\nassert run_length_encode('') == [('x', 1)]"),
-            fenced(wrong, right),  # the second draft: wrong again
+            # the second draft: wrong again, with a test expecting lists, not tuples
+            fenced(wrong, right + "\nassert run_length_encode('ab') == [['a', 1], ['b', 1]]"),
             critic.format(9),
         ]
     )
@@ -149,7 +150,12 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
     run_dir.mkdir()
     (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
     (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
-    _, tallies, n = choose_again_script().report(run_dir, HIDDEN, recheck)
+    text, tallies, n = choose_again_script().report(run_dir, HIDDEN, recheck)
+    # the first draft right, the second wrong; one test against the request's signature
+    assert text.endswith(
+        "second drafts: 1 (0 right where the first was not, 1 wrong where it was right); "
+        "1 distinct tests against the request's signature"
+    )
     assert n == 1
     assert [tallies[rule].passed for rule in ("first", "output", "again", "best")] == [0, 1, 1, 1]
     assert tallies["again"].gained == ["rle"] and tallies["again"].lost == []
