@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline import answers
+from pipeline.examples import contradicted
 from pipeline.sandbox import TestsRun, run_calls, run_tests, syntax_problem
 from pipeline.signatures import contradiction
 
@@ -26,18 +27,28 @@ def _run(code: str, tests: tuple[str, ...]) -> TestsRun:
     return run_tests(code, tests)  # the sandbox's limits for tests, as the pooled tests run
 
 
-def _results(asked: answers.Terms, output: str) -> tuple[list[str], TestsRun | None]:
-    """The answer's tests and what running them found (None when the code does not parse).
+def _results(
+    asked: answers.Terms, output: str
+) -> tuple[list[str], TestsRun | None, TestsRun | None]:
+    """The answer's tests, what running them found (None when the code does not parse or
+    there are none), and what running the request's stated examples found (None when the
+    code does not parse or the request states none).
 
-    A test for an error the request does not name, or one contradicting a signature it
-    declares, is no test of what it asks and is left out (``answers.asked_tests``); a
-    ``try`` of a call that catches an error it names, asserting nothing, runs as a test
-    that the call raises it (``answers.must_raise``)."""
+    A test for an error the request does not name, one contradicting a signature it
+    declares or expecting another result than an example it states is no test of what it
+    asks and is left out (``answers.asked_tests``); a ``try`` of a call that catches an
+    error it names, asserting nothing, runs as a test that the call raises it
+    (``answers.must_raise``). The examples run first, in the same program: a test that
+    stops the run cannot keep them from running."""
     code, tests = answers.split(output)
     units = answers.asked_tests(answers.split_tests(tests), asked)
-    if syntax_problem(code) is not None or not units:
-        return units, None
-    return units, _run(code, tuple(answers.must_raise(u, asked.errors) for u in units))
+    stated = tuple(example.test for example in asked.examples)
+    if syntax_problem(code) is not None or not (units or stated):
+        return units, None, None
+    ran = _run(code, stated + tuple(answers.must_raise(u, asked.errors) for u in units))
+    own = TestsRun(ran.results[len(stated) :], ran.error) if units else None
+    shown = TestsRun(ran.results[: len(stated)], ran.error) if stated else None
+    return units, own, shown
 
 
 def _located(output: str, problem: str) -> str:
@@ -52,8 +63,13 @@ def _located(output: str, problem: str) -> str:
 def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
     """``tests_passed`` / ``tests_total`` of the answer's own tests, and which ones failed."""
     code, _ = answers.split(output)
-    units, run = _results(answers.terms(fields), output)
+    asked = answers.terms(fields)
+    units, run, shown = _results(asked, output)
     metrics: dict[str, Any] = {"parses": syntax_problem(code) is None, "tests_total": len(units)}
+    if asked.examples:  # the request's own examples: loop.chosen ranks answers by them first
+        passed = 0 if shown is None or shown.error is not None else shown.passed
+        metrics[answers.EXAMPLES_PASSED] = passed
+        metrics["examples_total"] = len(asked.examples)
     if run is None or run.error is not None:
         failed = units
     else:
@@ -72,9 +88,10 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
     problem = syntax_problem(code)
     if problem is not None:
         return [f"Fix the syntax error at {problem}."]
-    found = answers.comment_commentary(code, tests=True)
     asked = answers.terms(fields)
-    units, run = _results(asked, output)
+    units, run, shown = _results(asked, output)
+    found = _examples_failing(asked, shown)  # first: the request's own word
+    found += answers.comment_commentary(code, tests=True)
     found += _contradicting(asked, output)
     tests_problem = syntax_problem(answers.split(output)[1])
     if units and tests_problem is not None:
@@ -82,6 +99,8 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         if syntax_problem(units[0]) is not None:
             return found  # nothing before the error parses: no test can run
     if not units:
+        if shown is not None and shown.error is not None:
+            found.append(f"The code fails before any test runs: {shown.error}.")
         found.append(
             "Add tests: a second ```python block of assert statements that call the code "
             "and check the results the request asks for, edge cases included."
@@ -100,27 +119,60 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             + "Fix the code so that it does what the request asks; where a test expects a "
             "wrong value, correct the test instead."
         )
-    return found + _stray_effects(asked, code, units)
+    return found + _stray_effects(asked, code, [*units, *(e.test for e in asked.examples)])
 
 
 def _contradicting(asked: answers.Terms, output: str) -> list[str]:
-    """A finding for the tests left out because they contradict a signature the request
-    declares (rows given as strings where it declares lists, lists expected where it
-    returns tuples)."""
-    wrong = [
-        found
-        for unit in answers.split_tests(answers.split(output)[1])
-        if (found := contradiction(unit, asked.signatures)) is not None
+    """Findings for the tests left out because they contradict what the request says: a
+    signature it declares (rows given as strings where it declares lists, lists expected
+    where it returns tuples), or an example it states (``"HTMLParser"`` expected to give
+    ``"h_t_m_l_parser"`` where the request says ``"html_parser"``)."""
+    units = answers.split_tests(answers.split(output)[1])
+    found = []
+    wrong = [s for unit in units if (s := contradiction(unit, asked.signatures)) is not None]
+    if wrong:
+        found.append(
+            "Tests that contradict the request's signature are left out: "
+            + _listed(wrong)
+            + ". Call the function with arguments of the types it declares, and expect "
+            "results of the type it returns."
+        )
+    against = [
+        f"`{_clip(' '.join(unit.split()))}` (the request: {example.stated})"
+        for unit in units
+        if (example := contradicted(unit, asked.examples)) is not None
     ]
-    if not wrong:
-        return []
-    more = len(wrong) - SHOWN_STRAY
+    if against:
+        found.append(
+            "Tests that expect another result than the request's own example are left "
+            f"out: {_listed(against)}. The request's examples are right: expect what they say."
+        )
+    return found
+
+
+def _listed(items: list[str]) -> str:
+    more = len(items) - SHOWN_STRAY
+    return "; ".join(items[:SHOWN_STRAY]) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _examples_failing(asked: answers.Terms, shown: TestsRun | None) -> list[str]:
+    """A finding for each of the request's own examples the code gets wrong (the first
+    ``SHOWN_FAILURES``): right by definition, so the code is what is wrong."""
+    if shown is None or shown.error is not None:
+        return []  # the code does not parse or fails before its tests: found elsewhere
+    failing = [
+        (example, why)
+        for example, why in zip(asked.examples, shown.results, strict=True)
+        if why is not None
+    ]
     return [
-        "Tests that contradict the request's signature are left out: "
-        + "; ".join(wrong[:SHOWN_STRAY])
-        + (f" (and {more} more)" if more > 0 else "")
-        + ". Call the function with arguments of the types it declares, and expect "
-        "results of the type it returns."
+        f"The request's own example ({example.stated}) fails: {why}. The request's "
+        "examples are right: fix the code so that it gives what they say."
+        for example, why in failing[:SHOWN_FAILURES]
     ]
 
 

@@ -23,10 +23,12 @@ import tokenize
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from .examples import Example, contradicted, stated_examples
 from .pyast import parse_module
 from .signatures import Signature, contradiction, signatures
 
 __all__ = [
+    "EXAMPLES_PASSED",
     "EXTRACT_MODES",
     "FAILED_TESTS",
     "POOLED_TESTS",
@@ -62,6 +64,9 @@ FAILED_TESTS = "tests_failed"
 # The metric in which the loop records how each answer so far fares on the tests that all
 # of them wrote (``{"total": n, "passed": [per answer, oldest first]}``): see loop.choose.
 POOLED_TESTS = "tests_pooled"
+# The metric in which a code-with-tests job's evaluator counts the examples the request
+# states (``examples.stated_examples``) that an answer's code gets right: see loop.choose.
+EXAMPLES_PASSED = "examples_passed"
 _PYTHON_TAGS = frozenset({"python", "py", "python3", "py3"})
 # An opening fence anywhere, its body up to a closing fence or the end of the answer
 # (an answer cut off at max_tokens leaves its last fence open).
@@ -680,33 +685,41 @@ _CHANGED = re.compile(r" \[argument ([0-9, ]+) changed\]$")  # see sandbox.run_c
 class Terms(NamedTuple):
     """What a request allows a function besides returning a value: the exceptions it
     names ("it must raise ValueError for an empty list"), and whether it asks for work in
-    place (changing the caller's list, say); and the signatures it declares
-    (``signatures.signatures``: what its arguments and results are)."""
+    place (changing the caller's list, say); the signatures it declares
+    (``signatures.signatures``: what its arguments and results are); and the examples it
+    states (``examples.stated_examples``: ``"userId" -> "user_id"``)."""
 
     errors: frozenset[str] = frozenset()
     in_place: bool = False
     signatures: tuple[Signature, ...] = ()
+    examples: tuple[Example, ...] = ()
 
 
 def terms(fields: Mapping[str, Any]) -> Terms:
     """The ``Terms`` of a record's request, read from its text fields: the names ending in
-    ``Error`` or ``Exception``, "in place" (or "in-place"), and the annotated signatures."""
+    ``Error`` or ``Exception``, "in place" (or "in-place"), the annotated signatures and
+    the stated examples."""
     texts = [value for value in fields.values() if isinstance(value, str)]
+    declared = tuple(sig for text in texts for sig in signatures(text))
     return Terms(
         frozenset(name for text in texts for name in _ERROR_NAME.findall(text)),
         any(_IN_PLACE.search(text) for text in texts),
-        tuple(sig for text in texts for sig in signatures(text)),
+        declared,
+        tuple(example for text in texts for example in stated_examples(text, declared)),
     )
 
 
 def asked_tests(units: Iterable[str], asked: Terms) -> list[str]:
     """The tests of ``units`` that test what the request asks: without those for an error
-    it does not name (``unasked_raise``) or contradicting a signature it declares
-    (``signatures.contradiction``)."""
+    it does not name (``unasked_raise``), contradicting a signature it declares
+    (``signatures.contradiction``) or expecting another result than an example it states
+    (``examples.contradicted``)."""
     return [
         unit
         for unit in units
-        if not unasked_raise(unit, asked.errors) and contradiction(unit, asked.signatures) is None
+        if not unasked_raise(unit, asked.errors)
+        and contradiction(unit, asked.signatures) is None
+        and contradicted(unit, asked.examples) is None
     ]
 
 

@@ -199,7 +199,7 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
     pool = artifacts.asked_tests(artifacts.pooled_tests(programs), asked)  # as the check does
     tests = [artifacts.must_raise(unit, asked.errors) for unit in pool]  # as the check runs them
     codes = [artifacts.split(program)[0] for program in programs]
-    probes = artifacts.probe_calls(codes, pool)
+    probes = artifacts.probe_calls(codes, [*pool, *(e.test for e in asked.examples)])
     passed: list[int] = []
     behaviour: list[str | None] = []
     stray: list[int] = []
@@ -344,7 +344,9 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     The candidates are the drafts (``_drafts``): every iteration's answer and the first
     draft of a refinement drafted once more, which has no feedback and so no score.
 
-    An answer that fails a test an earlier answer passed is never chosen. Where the
+    Where the request states examples (``"userId" -> "user_id"``: ``examples``), only the
+    answers getting the most of them right stay. Of those, an answer that fails a test an
+    earlier answer passed is never chosen (unless all of them do). Where the
     answers carry tests, the rest are judged on all the tests any of them wrote (the
     pooled tests): only those passing the most of them stay, of those the ones that on the
     calls near the tests least often do what the request does not ask (raise a
@@ -365,8 +367,14 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     feedback = {s.iteration: s for s in steps if s.role == "feedback"}
     scores = [None if is_redraft(a) else _score(job, feedback.get(a.iteration)) for a in answers]
     by_iteration = [sc for a, sc in zip(answers, scores, strict=True) if not is_redraft(a)]
+    kept = list(range(len(answers)))
+    examples = _examples_passed(answers)
+    if examples is not None:  # the request's own examples first: right by definition
+        most = max(examples)
+        kept = [i for i in kept if examples[i] == most]
     broken = _breaks_passed_tests(answers)
-    kept = [i for i in range(len(answers)) if i not in broken]  # never empty: 0 breaks nothing
+    # Without examples never empty (0 breaks nothing); with them, all may break a test.
+    kept = [i for i in kept if i not in broken] or kept
     pool = _pool(answers)
     if pool is not None:
         total, passed = pool
@@ -399,6 +407,15 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     if best is None:
         return answers[candidates[-1]], None, by_iteration
     return answers[best], scores[best], by_iteration
+
+
+def _examples_passed(answers: Sequence[Step]) -> list[int] | None:
+    """How many of the request's stated examples each answer gets right, as its evaluation
+    counted them; None when the request states none (or a trace written before)."""
+    counts = [(a.metrics or {}).get(artifacts.EXAMPLES_PASSED) for a in answers]
+    if not all(isinstance(c, int) for c in counts):
+        return None
+    return [c for c in counts if isinstance(c, int)]
 
 
 def _most_tests_passed(answers: Sequence[Step], kept: Sequence[int]) -> list[int]:

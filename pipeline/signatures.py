@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from .pyast import parse_expression, parse_module
 
-__all__ = ["Signature", "contradiction", "signatures"]
+__all__ = ["Signature", "contradiction", "fits", "signatures"]
 
 
 class Signature(NamedTuple):
@@ -242,7 +242,7 @@ def _misfit(node: ast.expr, annotation: str, *, strict: bool) -> str | None:
         expected = parse_expression(annotation)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
-    return None if _fits(value, expected, strict) else _clip(repr(value), 60)
+    return None if fits(value, expected, strict) else _clip(repr(value), 60)
 
 
 def _generic(annotation: ast.expr) -> tuple[str | None, list[ast.expr]]:
@@ -259,7 +259,9 @@ def _generic(annotation: ast.expr) -> tuple[str | None, list[ast.expr]]:
     return None, args
 
 
-def _fits(value: Any, annotation: ast.expr, strict: bool) -> bool:
+def fits(value: Any, annotation: ast.expr, strict: bool) -> bool:
+    """Whether the literal ``value`` is of the kind ``annotation`` (parsed) says; ``strict``:
+    a list does not pass for a tuple nor the reverse (an expected result, not an argument)."""
     if value is None:
         return True
     if isinstance(annotation, ast.Constant):
@@ -267,15 +269,15 @@ def _fits(value: Any, annotation: ast.expr, strict: bool) -> bool:
             return False
         if isinstance(annotation.value, str):  # a forward reference: "list[int]"
             try:
-                return _fits(value, parse_expression(annotation.value), strict)
+                return fits(value, parse_expression(annotation.value), strict)
             except SyntaxError:
                 return True
         return True
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-        return _fits(value, annotation.left, strict) or _fits(value, annotation.right, strict)
+        return fits(value, annotation.left, strict) or fits(value, annotation.right, strict)
     name, args = _generic(annotation)
     if name in ("Optional", "Union"):
-        return any(_fits(value, a, strict) for a in args) if args else True
+        return any(fits(value, a, strict) for a in args) if args else True
     kinds = _KINDS.get(name or "")
     if kinds is None:
         return True  # Any, object, Callable, a class of the request's own...
@@ -288,14 +290,14 @@ def _fits(value: Any, annotation: ast.expr, strict: bool) -> bool:
     if isinstance(value, dict):
         if name in _MAPPINGS and len(args) == 2:
             return all(
-                _fits(k, args[0], strict) and _fits(v, args[1], strict) for k, v in value.items()
+                fits(k, args[0], strict) and fits(v, args[1], strict) for k, v in value.items()
             )
         return True
     items = list(value) if isinstance(value, list | tuple | set | frozenset) else []
     if name in _TUPLES:
         if len(args) == 2 and isinstance(args[1], ast.Constant) and args[1].value is Ellipsis:
-            return all(_fits(x, args[0], strict) for x in items)
+            return all(fits(x, args[0], strict) for x in items)
         return len(items) == len(args) and all(
-            _fits(x, a, strict) for x, a in zip(items, args, strict=True)
+            fits(x, a, strict) for x, a in zip(items, args, strict=True)
         )
-    return all(_fits(x, args[0], strict) for x in items)
+    return all(fits(x, args[0], strict) for x in items)

@@ -1,0 +1,305 @@
+"""The examples a coding request states, as tests that are right by definition.
+
+A request often shows what it wants on an input or two: ``"userId" -> "user_id"``,
+``[[1, 2, 3], [4, 5, 6]] becomes [[4, 1], [5, 2], [6, 3]]``, ``"MCMXCIV" (1994)``,
+``fib(10) == 55``. Such an example is the request's own word. Code that fails it does
+not do what was asked, whatever its own tests say; a test that expects another result
+for the same call is wrong, and code bent to pass it is wrong too.
+
+Only what plainly is an example is read, so that a misreading cannot push an answer
+the wrong way:
+
+- the input is a call of a function the request names (``fib(10)``: every argument a
+  literal), or, where the request declares exactly one function and it takes one
+  parameter, a literal alone (``"userId"``) or "the empty string", "an empty list"
+  (also tuple, dict, set) standing for ``""``, ``[]``...;
+- the result is a literal, after ``->``, ``→``, ``=>``, ``==``, "gives", "becomes",
+  "returns", "yields", "should return", "maps to", "turns into", "evaluates to",
+  "results in", "is converted to" (and their plain forms), or in parentheses right after
+  a literal input (``"MCMXCIV" (1994)``);
+- where the request annotates the function (``signatures.signatures``), the input must
+  fit its parameter and the result its return type; a bare input in parentheses is read
+  only when both are annotated.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from .pyast import parse_expression, parse_module
+from .signatures import Signature, fits
+
+__all__ = ["Example", "contradicted", "stated_examples"]
+
+LIMIT = 8  # examples read from one request, at most
+
+
+class Example(NamedTuple):
+    """An example a request states: the call, the result it gives, and the request's words."""
+
+    function: str
+    args: tuple[Any, ...]
+    value: Any
+    stated: str  # as the request writes it: '"userId" -> "user_id"'
+
+    @property
+    def call(self) -> str:
+        """The call's source: ``camel_to_snake('userId')``."""
+        return f"{self.function}({', '.join(repr(a) for a in self.args)})"
+
+    @property
+    def test(self) -> str:
+        """The example as a test: ``assert camel_to_snake('userId') == 'user_id'``."""
+        return f"assert {self.call} == {self.value!r}"
+
+
+_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
+_CONNECTOR = re.compile(
+    r"\s*(?:->|\u2192|=>|==|(?:(?:should|must|will|would)\s+)?"
+    r"(?:gives?|becomes?|returns?|yields?|maps?\s+to|turns?\s+into|evaluates?\s+to|"
+    r"results?\s+in|is\s+converted\s+to)\b)\s*",
+    re.IGNORECASE,
+)
+_PAREN = re.compile(r" ?(?=\()")
+_NAMED = re.compile(r"\b(?:the|an?)\s+empty\s+(string|list|tuple|dict|dictionary|set)\b", re.I)
+_NAMED_VALUES: dict[str, Any] = {
+    "string": "",
+    "list": [],
+    "tuple": (),
+    "dict": {},
+    "dictionary": {},
+    "set": set(),
+}
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w)(?!\.\d)")
+_WORD = re.compile(r"(?:True|False|None)\b")
+_FUNCTION = re.compile(r"\bfunctions?\s+([A-Za-z_]\w*)\s*\(")
+_CALL = re.compile(r"[A-Za-z_]\w*(?=\()")
+
+
+def _closing(text: str, start: int) -> int | None:
+    """The index of the bracket closing the one at ``start`` (strings skipped), or None."""
+    depth, i = 0, start
+    while i < len(text):
+        c = text[i]
+        if c in "\"'":
+            end = _string_end(text, i)
+            if end is None:
+                return None
+            i = end
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def _string_end(text: str, start: int) -> int | None:
+    """The index just past the string literal opening at ``start``, or None."""
+    quote, i = text[start], start + 1
+    while i < len(text) and text[i] != "\n":
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == quote:
+            return i + 1
+        i += 1
+    return None
+
+
+def _evaluated(source: str) -> tuple[bool, Any]:
+    try:
+        return True, ast.literal_eval(parse_expression(source))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _literal(text: str, i: int) -> tuple[Any, int] | None:
+    """The literal starting at ``text[i]`` and the index just past it, or None."""
+    c = text[i]
+    if c in "\"'":
+        end = _string_end(text, i)
+    elif c in "([{":
+        close = _closing(text, i)
+        end = None if close is None else close + 1
+    else:
+        named = _NAMED.match(text, i)
+        if named:
+            return _NAMED_VALUES[named.group(1).lower()], named.end()
+        if i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_."):
+            return None
+        match = _NUMBER.match(text, i) or _WORD.match(text, i)
+        end = match.end() if match else None
+    if end is None:
+        return None
+    ok, value = _evaluated(text[i:end])
+    return (value, end) if ok else None
+
+
+def _call(text: str, i: int, names: set[str]) -> tuple[str, tuple[Any, ...], int] | None:
+    """A call of one of ``names`` with literal arguments at ``text[i]``: the name, the
+    arguments and the index just past it."""
+    if i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_."):
+        return None
+    match = _CALL.match(text, i)
+    if match is None or match.group() not in names:
+        return None
+    close = _closing(text, match.end())
+    if close is None:
+        return None
+    try:
+        node = parse_expression(text[i : close + 1])
+    except (SyntaxError, ValueError):
+        return None
+    if not isinstance(node, ast.Call) or node.keywords:
+        return None
+    args = []
+    for arg in node.args:
+        try:
+            args.append(ast.literal_eval(arg))
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+    return match.group(), tuple(args), close + 1
+
+
+def _annotation(source: str) -> ast.expr | None:
+    if not source:
+        return None
+    try:
+        return parse_expression(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _fitting(sig: Signature | None, args: tuple[Any, ...], value: Any) -> bool:
+    """Whether the arguments fit the declared parameters and the value its return type."""
+    if sig is None:
+        return True
+    if len(args) > len(sig.params):
+        return False
+    for (_, source), arg in zip(sig.params, args, strict=False):
+        annotation = _annotation(source)
+        if annotation is not None and not fits(arg, annotation, strict=False):
+            return False
+    returns = _annotation(sig.returns)
+    return returns is None or fits(value, returns, strict=True)
+
+
+def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Example, ...]:
+    """The examples ``text`` states (see the module's docstring), the first of each call,
+    at most ``LIMIT``; ``declared`` are the signatures the request declares."""
+    text = text.translate(_QUOTES)
+    by_name = {s.name: s for s in declared}
+    names = set(by_name) | set(_FUNCTION.findall(text))
+    alone = declared[0] if len(declared) == 1 and len(declared[0].params) == 1 else None
+    found: dict[tuple[str, str], Example] = {}
+    i = 0
+    while i < len(text) and len(found) < LIMIT:
+        start = i
+        call = _call(text, i, names)
+        if call is not None:
+            function, args, end = call
+            bare = False
+        elif alone is not None and (literal := _literal(text, i)) is not None:
+            function, args, end = alone.name, (literal[0],), literal[1]
+            bare = True
+        else:
+            i += 1
+            continue
+        connector = _CONNECTOR.match(text, end)
+        paren = None if connector or not bare else _PAREN.match(text, end)
+        result = None
+        if connector is not None:
+            result = _literal(text, connector.end())
+        elif paren is not None and _annotated(alone):
+            result = _literal(text, paren.end())
+            if result is not None and text[paren.end()] != "(":
+                result = None
+        if result is not None and _fitting(by_name.get(function), args, result[0]):
+            example = Example(function, args, result[0], text[start : result[1]])
+            found.setdefault((function, repr(args)), example)
+            i = result[1]
+        else:
+            i = end if end > i else i + 1
+    return tuple(found.values())
+
+
+def _annotated(sig: Signature | None) -> bool:
+    return sig is not None and bool(sig.returns) and all(source for _, source in sig.params)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as literals are: numbers by value, containers of the same kind item by item."""
+    numbers = (int, float, complex)
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        return bool(a == b)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _literal_node(node: ast.expr) -> tuple[bool, Any]:
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _compared(tree: ast.Module) -> Iterable[tuple[ast.expr, ast.expr]]:
+    """Every pair a test asserts equal (``a == b``, ``assertEqual(a, b)``), both ways."""
+    for node in ast.walk(tree):
+        pair = None
+        if isinstance(node, ast.Compare) and [type(op) for op in node.ops] == [ast.Eq]:
+            pair = (node.left, node.comparators[0])
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("assertEqual", "assertEquals")
+            and len(node.args) >= 2
+        ):
+            pair = (node.args[0], node.args[1])
+        if pair is not None:
+            yield pair
+            yield pair[1], pair[0]
+
+
+def contradicted(unit: str, examples: Sequence[Example]) -> Example | None:
+    """The example the test ``unit`` contradicts, or None: it expects a call the request
+    shows (the same function, arguments equal to the example's) to equal a literal other
+    than the example's result."""
+    if not examples:
+        return None
+    try:
+        tree = parse_module(unit)
+    except (SyntaxError, ValueError):
+        return None
+    for call, other in _compared(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            continue
+        if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+            continue
+        given = [_literal_node(a) for a in call.args]
+        if not all(ok for ok, _ in given):
+            continue
+        args = tuple(value for _, value in given)
+        ok, expected = _literal_node(other)
+        if not ok:
+            continue
+        for example in examples:
+            if (
+                example.function == call.func.id
+                and _same(args, example.args)
+                and not _same(expected, example.value)
+            ):
+                return example
+    return None
