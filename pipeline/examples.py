@@ -125,15 +125,14 @@ def _literal(text: str, i: int) -> tuple[Any, int] | None:
     c = text[i]
     if c in "\"'":
         end = _string_end(text, i)
+    elif (named := _NAMED.match(text, i)) is not None:
+        return _NAMED_VALUES[named.group(1).lower()], named.end()
+    elif i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_."):
+        return None  # part of a word, a number, a call or a subscript
     elif c in "([{":
         close = _closing(text, i)
         end = None if close is None else close + 1
     else:
-        named = _NAMED.match(text, i)
-        if named:
-            return _NAMED_VALUES[named.group(1).lower()], named.end()
-        if i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_."):
-            return None
         match = _NUMBER.match(text, i) or _WORD.match(text, i)
         end = match.end() if match else None
     if end is None:

@@ -5,12 +5,15 @@ Choosing a record's output makes no model call, so ``choose`` over a run's trace
 exactly what this checkout would have written for the same answers (the pooled tests a run
 made before they were recorded are run here, as the loop now runs them). For each RUN_DIR
 (from ``scripts/quality.py --tasks code --work DIR``) prints the hidden tests passed at
-iteration 0, by the run's own output, by the output chosen again, by the previous rule
+iteration 0, by the run's own output, by the output chosen again, chosen again without
+the request's stated examples (the same steps without their metric), by the previous rule
 (the same steps without the pooled-tests metric) and by the best answer of each record
 (what a reader knowing the hidden tests would pick), the requests gained and lost against
-iteration 0, the calls (copy retries among them) and tokens it used, and how many
-answers ran into max_tokens (and how many attempts cut off there were asked again);
-given several runs, the totals over all of them.
+iteration 0, the calls (copy retries among them) and tokens it used, how many answers
+ran into max_tokens (and how many attempts cut off there were asked again), the second
+drafts, the distinct tests contradicting the request's signature or its examples, and
+how many answers get all the request's examples right (and how many of those, and of the
+others, pass the hidden tests); given several runs, the totals over all of them.
 
 With ``--recheck``, every answer is first checked again by this checkout's hooks (its
 tests split and run as this checkout would, its findings and pooled tests with them):
@@ -36,6 +39,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from quality import HIDDEN, SUITE, hidden_pass  # noqa: E402  (this folder)
 
 from pipeline.answers import (  # noqa: E402
+    EXAMPLES_PASSED,
     FAILED_TESTS,
     POOLED_TESTS,
     normalized,
@@ -44,6 +48,7 @@ from pipeline.answers import (  # noqa: E402
     terms,
 )
 from pipeline.calls import Step, is_answer, is_copy, is_cut_retry, is_draft, is_redraft  # noqa: E402
+from pipeline.examples import contradicted  # noqa: E402
 from pipeline.jobs import Job, load_job  # noqa: E402
 from pipeline.loop import CUT_OFF, chosen, pooled  # noqa: E402
 from pipeline.signatures import contradiction  # noqa: E402
@@ -88,12 +93,11 @@ def rechecked(step: Step, job: Job, fields: Mapping[str, Any]) -> Step:
     )
 
 
-def without_pool(steps: list[Step]) -> list[Step]:
-    """``steps`` as the previous choice rule saw them: no pooled-tests metric."""
+def without(steps: list[Step], key: str = POOLED_TESTS) -> list[Step]:
+    """``steps`` without the metric ``key``: as the previous choice rule saw them (no
+    pooled tests), or as the rule sees them where no example is read (EXAMPLES_PASSED)."""
     return [
-        replace(s, metrics={k: v for k, v in s.metrics.items() if k != POOLED_TESTS})
-        if s.metrics
-        else s
+        replace(s, metrics={k: v for k, v in s.metrics.items() if k != key}) if s.metrics else s
         for s in steps
     ]
 
@@ -133,11 +137,13 @@ class Tally:
         )
 
 
-# iteration 0, the run's own output, chosen again, the previous rule, the best answer
-RULES = ("first", "output", "again", "previous", "best")
+# iteration 0, the run's own output, chosen again, chosen again without the request's
+# examples, the previous rule, the best answer
+RULES = ("first", "output", "again", "no_examples", "previous", "best")
 SHOWN = {
     "output": "the run's output",
     "again": "chosen again",
+    "no_examples": "without the request's examples",
     "previous": "the previous rule (no pooled tests)",
     "best": "the best answer of each record",
 }
@@ -157,6 +163,8 @@ def report(
     calls = copies = tokens = answers = cut_off = asked_again = 0
     redrafts = righted = wronged = 0  # second drafts; right where the first was not, or wrong
     against: set[tuple[str, str]] = set()  # tests contradicting the request's signature
+    against_examples: set[tuple[str, str]] = set()  # ... or an example it states
+    right_on_examples = [0, 0, 0]  # answers right on every example; those passing; others passing
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
@@ -186,19 +194,32 @@ def report(
             if second is not None:
                 righted += passes[second] and not passes[i]
                 wronged += passes[i] and not passes[second]
-        declared = terms(requests[rid]).signatures
+        asked = terms(requests[rid])
+        units = [(i, unit) for i in passes for unit in split_tests(split(steps[i].output or "")[1])]
         against |= {
             (rid, normalized(unit))
-            for i in passes
-            for unit in split_tests(split(steps[i].output or "")[1])
-            if contradiction(unit, declared) is not None
+            for _, unit in units
+            if contradiction(unit, asked.signatures) is not None
         }
-        bare = without_pool(steps)
+        against_examples |= {
+            (rid, normalized(unit))
+            for _, unit in units
+            if contradicted(unit, asked.examples) is not None
+        }
+        if asked.examples:
+            stated = [e.test for e in asked.examples]
+            for i in passes:
+                right = hidden_pass(split(steps[i].output or "")[0], stated)
+                right_on_examples[0] += right
+                right_on_examples[1 if right else 2] += passes[i]
+        bare = without(steps)
+        unexampled = without(steps, EXAMPLES_PASSED)
         out = outputs[rid]["output"]
         now = {
             "first": first,
             "output": out is not None and hidden_pass(out, hidden[rid]),
             "again": _passes(passes, steps, chosen(steps, job)[0]),
+            "no_examples": _passes(passes, unexampled, chosen(unexampled, job)[0]),
             "previous": _passes(passes, bare, chosen(bare, job)[0]),
             "best": any(passes.values()),
         }
@@ -213,7 +234,9 @@ def report(
         + (f" ({asked_again} more cut off and asked again)" if asked_again else "")
         + f"; second drafts: {redrafts} ({righted} right where the first was not, {wronged} "
         f"wrong where it was right); {len(against)} distinct tests against the request's "
-        "signature"
+        f"signature, {len(against_examples)} against its examples; {right_on_examples[0]} "
+        f"answers right on all the request's examples ({right_on_examples[1]} of them pass the "
+        f"hidden tests; {right_on_examples[2]} answers wrong on one pass them)"
     )
     return text, tallies, n
 

@@ -968,3 +968,93 @@ async def test_a_refinement_that_flattens_tuples_no_test_holds_is_not_chosen() -
     digests = refined.metrics["tests_pooled"]["behaviour"]  # type: ignore[index]
     assert digests[0] != digests[1]
     assert (outcome.output_line()["chosen_iteration"], outcome.output) == (0, LISTS_ONLY)
+
+
+SNAKE = Record(
+    "s",
+    1,
+    {
+        "id": "s",
+        "task": "Write camel_to_snake(name: str) -> str that converts camelCase to snake_case, "
+        'a run of capitals being one word: "parseHTTPResponse" -> "parse_http_response".',
+    },
+)
+EACH_CAPITAL = (  # a word per capital: parse_h_t_t_p_response
+    "def camel_to_snake(name):\n"
+    "    return ''.join('_' + c.lower() if c.isupper() else c for c in name).lstrip('_')"
+)
+RUNS_OF_CAPITALS = (
+    "import re\n\n"
+    "def camel_to_snake(name):\n"
+    "    return re.sub(r'(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])', '_', name).lower()"
+)
+
+
+@pytest.mark.anyio
+async def test_the_requests_own_example_vetoes_done_and_a_test_against_it_is_left_out() -> None:
+    """Code that passes its own tests but gets the request's example wrong is told so
+    first, the critic's done is vetoed, and the answer's test expecting the wrong result
+    for the example's call is left out and named; the refinement that gets it right is
+    chosen."""
+    outcome, client = await loop(
+        CODE_IMPROVE,
+        [
+            answer(
+                EACH_CAPITAL,
+                "assert camel_to_snake('userId') == 'user_id'\n"
+                "assert camel_to_snake('parseHTTPResponse') == 'parse_h_t_t_p_response'",
+            ),
+            critic(done=True, score=9),  # vetoed: the example fails
+            answer(RUNS_OF_CAPITALS, "assert camel_to_snake('userId') == 'user_id'"),
+            critic(done=True, score=9),
+        ],
+        SNAKE,
+    )
+    draft, refined = outcome.steps[0], outcome.steps[2]
+    assert draft.checks is not None and draft.checks[0] == (
+        'The request\'s own example ("parseHTTPResponse" -> "parse_http_response") fails: '
+        "`assert camel_to_snake('parseHTTPResponse') == 'parse_http_response'`: AssertionError "
+        "(camel_to_snake('parseHTTPResponse') is 'parse_h_t_t_p_response'). The request's "
+        "examples are right: fix the code so that it gives what they say."
+    )
+    assert draft.checks[1].startswith(
+        "Tests that expect another result than the request's own example are left out: "
+        "`assert camel_to_snake('parseHTTPResponse') == 'parse_h_t_t_p_response'` (the "
+        'request: "parseHTTPResponse" -> "parse_http_response").'
+    )
+    assert draft.metrics is not None
+    assert (draft.metrics["tests_total"], draft.metrics["tests_passed"]) == (1, 1)
+    assert (draft.metrics["examples_passed"], draft.metrics["examples_total"]) == (0, 1)
+    assert "parse_h_t_t_p_response" in client.messages[2][-1]["content"]  # the refine prompt
+    assert refined.checks == [] and refined.metrics is not None
+    assert refined.metrics["examples_passed"] == 1
+    line = outcome.output_line()
+    assert (outcome.stop_reason, line["chosen_iteration"]) == ("done", 1)
+
+
+@pytest.mark.anyio
+async def test_an_answer_right_on_the_requests_examples_wins_over_one_passing_more_tests() -> None:
+    """A refinement that gets the request's example right is chosen although it fails a
+    (wrong) test the draft passed, which without the example would bar it."""
+    outcome, _ = await loop(
+        dataclasses.replace(CODE_IMPROVE, retry_copy=False),
+        [
+            answer(EACH_CAPITAL, "assert camel_to_snake('ABC') == 'a_b_c'"),
+            critic(done=False, score=6),
+            answer(RUNS_OF_CAPITALS, "assert camel_to_snake('aB') == 'a_b'"),
+            critic(done=False, score=6),
+            answer(RUNS_OF_CAPITALS, "assert camel_to_snake('xY') == 'x_y'"),
+            critic(done=False, score=6),
+            answer(RUNS_OF_CAPITALS, "assert camel_to_snake('pQ') == 'p_q'"),
+            critic(done=False, score=6),
+        ],
+        SNAKE,
+    )
+    examples = [(s.metrics or {}).get("examples_passed") for s in outcome.steps[::2]]
+    assert examples == [0, 1, 1, 1]
+    refined = outcome.steps[2]
+    assert refined.metrics is not None and refined.metrics["tests_failed"] == [
+        "assert camel_to_snake('ABC') == 'a_b_c'"  # carried from the draft, failed
+    ]
+    line = outcome.output_line()
+    assert line["chosen_iteration"] != 0 and line["output"] == RUNS_OF_CAPITALS

@@ -151,11 +151,17 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
     (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
     (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
     text, tallies, n = choose_again_script().report(run_dir, HIDDEN, recheck)
-    # the first draft right, the second wrong; one test against the request's signature
+    # the first draft right, the second wrong; one test against the request's signature,
+    # one against its example ("the empty string gives []"); the right draft alone gets
+    # both of the request's examples right
     assert text.endswith(
         "second drafts: 1 (0 right where the first was not, 1 wrong where it was right); "
-        "1 distinct tests against the request's signature"
+        "1 distinct tests against the request's signature, 1 against its examples; 1 answers "
+        "right on all the request's examples (1 of them pass the hidden tests; 0 answers "
+        "wrong on one pass them)"
     )
     assert n == 1
-    assert [tallies[rule].passed for rule in ("first", "output", "again", "best")] == [0, 1, 1, 1]
+    assert [
+        tallies[rule].passed for rule in ("first", "output", "again", "no_examples", "best")
+    ] == [0, 1, 1, 1, 1]
     assert tallies["again"].gained == ["rle"] and tallies["again"].lost == []

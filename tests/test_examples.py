@@ -1,0 +1,127 @@
+"""The examples a coding request states, read as tests (pipeline.examples)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.examples import LIMIT, contradicted, stated_examples
+from pipeline.signatures import signatures
+
+
+def read(text: str) -> list[str]:
+    return [example.test for example in stated_examples(text, signatures(text))]
+
+
+@pytest.mark.parametrize(
+    ("request_text", "expected"),
+    [
+        (
+            'Write camel_to_snake(name: str) -> str: "userId" -> "user_id", '
+            '"HTMLParser" → "html_parser" and "x" => "x".',
+            [
+                "assert camel_to_snake('userId') == 'user_id'",
+                "assert camel_to_snake('HTMLParser') == 'html_parser'",
+                "assert camel_to_snake('x') == 'x'",
+            ],
+        ),
+        (
+            "Write rle(s: str) -> list[tuple[str, int]]. For example \u201caab\u201d gives "
+            '[("a", 2), ("b", 1)] and the empty string gives [].',
+            ["assert rle('aab') == [('a', 2), ('b', 1)]", "assert rle('') == []"],
+        ),
+        (
+            "Write rotate(m: list[list[int]]) -> list[list[int]]; [[1, 2]] becomes [[1], [2]].",
+            ["assert rotate([[1, 2]]) == [[1], [2]]"],
+        ),
+        (
+            'Write roman(s: str) -> int that reads a numeral such as "MCMXCIV" (1994).',
+            ["assert roman('MCMXCIV') == 1994"],
+        ),
+        (
+            "Write a function fib(n). fib(10) should return 55, and fib(0) == 0.",
+            ["assert fib(10) == 55", "assert fib(0) == 0"],
+        ),
+        (
+            "Write add(a: int, b: int) -> int; add(2, 3) returns 5 and add(-1, 1) gives 0.",
+            ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"],
+        ),
+        (
+            "Write half(x: float) -> float: 3 -> 1.5, and an empty list is an error.",
+            ["assert half(3) == 1.5"],
+        ),
+    ],
+)
+def test_the_examples_a_request_states_are_read_as_tests(
+    request_text: str, expected: list[str]
+) -> None:
+    assert read(request_text) == expected
+
+
+@pytest.mark.parametrize(
+    "request_text",
+    [
+        # the input or the result of another kind than the signature declares
+        "Write count(s: str) -> int: [1, 2] -> 2.",
+        'Write count(s: str) -> int: "ab" -> "2".',
+        'Write pairs(s: str) -> list[tuple[str, int]]: "a" gives [["a", 1]].',
+        # a bare input in parentheses needs both annotations
+        'Write a function parse(s) -> int: "1h" (3600).',
+        # a bare input needs exactly one declared function of one parameter
+        'Write f(s: str) -> str and g(s: str) -> str: "a" -> "b".',
+        'Write pad(s: str, n: int) -> str: "a" -> "a ".',
+        # a call of a function the request does not name as one
+        'Write f(s: str) -> int. Note that len("abc") == 3.',
+        # a number inside a word is no number, prose in parentheses no result
+        'Write secs(s: str) -> int: "1h30m" (5400 seconds), 2h gives 7200.',
+        # arguments that are not literals
+        "Write a function fib(n). fib(n - 1) + fib(n - 2) gives fib(n).",
+    ],
+)
+def test_what_is_not_plainly_an_example_is_not_read(request_text: str) -> None:
+    assert read(request_text) == []
+
+
+def test_the_first_of_each_call_is_kept_and_at_most_limit_are_read() -> None:
+    text = "Write a function sq(n). sq(2) gives 4, sq(2) gives 5, " + ", ".join(
+        f"sq({n}) gives {n * n}" for n in range(3, 20)
+    )
+    found = stated_examples(text)
+    assert len(found) == LIMIT
+    assert found[0].test == "assert sq(2) == 4"
+    assert found[0].stated == "sq(2) gives 4"
+
+
+SNAKE = 'Write camel_to_snake(name: str) -> str: "parseHTTPResponse" -> "parse_http_response".'
+EXAMPLES = stated_examples(SNAKE, signatures(SNAKE))
+
+
+@pytest.mark.parametrize(
+    ("unit", "contradicts"),
+    [
+        ("assert camel_to_snake('parseHTTPResponse') == 'parse_h_t_t_p_response'", True),
+        ("assert 'parse_h_t_t_p_response' == camel_to_snake('parseHTTPResponse')", True),
+        (
+            "self.assertEqual(camel_to_snake('parseHTTPResponse'), 'parseHTTPResponse')",
+            True,
+        ),
+        ("assert camel_to_snake('parseHTTPResponse') == 'parse_http_response'", False),
+        ("assert camel_to_snake('userId') == 'userid'", False),  # another call
+        ("assert camel_to_snake(name) == 'x'", False),  # not a literal argument
+        ("assert camel_to_snake('parseHTTPResponse') != 'x'", False),
+        ("assert camel_to_snake('parseHTTPResponse'", False),  # does not parse
+    ],
+)
+def test_a_test_expecting_another_result_for_an_example_contradicts_it(
+    unit: str, contradicts: bool
+) -> None:
+    assert (contradicted(unit, EXAMPLES) is not None) == contradicts
+
+
+def test_results_compare_as_literals_numbers_by_value_sequences_by_kind() -> None:
+    text = "Write a function avg(xs). avg([1, 2]) gives 1.5 and avg([2]) gives 2."
+    found = stated_examples(text)
+    assert contradicted("assert avg([2]) == 2.0", found) is None  # 2 == 2.0
+    assert contradicted("assert avg([1, 2]) == 1", found) == found[0]
+    pairs = stated_examples('Write a function p(s). p("a") gives [("a", 1)].')
+    assert contradicted("assert p('a') == [('a', 1)]", pairs) is None
+    assert contradicted("assert p('a') == [['a', 1]]", pairs) == pairs[0]  # lists for tuples
