@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline import answers
-from pipeline.examples import contradicted
+from pipeline.examples import contradicted, restated
 from pipeline.sandbox import TestsRun, run_calls, run_tests, syntax_problem
 from pipeline.signatures import contradiction
 
@@ -111,6 +111,11 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         found.append(f"The code fails before any test runs: {run.error}.")
         return found
     failures = [(u, r) for u, r in zip(units, run.results, strict=True) if r is not None]
+    if failures and shown is not None and shown.error is None:
+        # A test restating an example the code gets wrong fails as the example does,
+        # which a finding above names already.
+        wrong = [e for e, why in zip(asked.examples, shown.results, strict=True) if why]
+        failures = [(u, r) for u, r in failures if restated(u, wrong) is None]
     found += [_failing(unit, why, asked.errors) for unit, why in failures[:SHOWN_FAILURES]]
     if failures:
         more = len(failures) - SHOWN_FAILURES

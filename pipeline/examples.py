@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from .pyast import parse_expression, parse_module
 from .signatures import Signature, fits
 
-__all__ = ["Example", "contradicted", "stated_examples"]
+__all__ = ["Example", "contradicted", "restated", "stated_examples"]
 
 LIMIT = 8  # examples read from one request, at most
 
@@ -276,6 +276,15 @@ def contradicted(unit: str, examples: Sequence[Example]) -> Example | None:
     """The example the test ``unit`` contradicts, or None: it expects a call the request
     shows (the same function, arguments equal to the example's) to equal a literal other
     than the example's result."""
+    return _against(unit, examples, agreeing=False)
+
+
+def restated(unit: str, examples: Sequence[Example]) -> Example | None:
+    """The example the test ``unit`` restates (the same call, the same result), or None."""
+    return _against(unit, examples, agreeing=True)
+
+
+def _against(unit: str, examples: Sequence[Example], *, agreeing: bool) -> Example | None:
     if not examples:
         return None
     try:
@@ -298,7 +307,7 @@ def contradicted(unit: str, examples: Sequence[Example]) -> Example | None:
             if (
                 example.function == call.func.id
                 and _same(args, example.args)
-                and not _same(expected, example.value)
+                and _same(expected, example.value) == agreeing
             ):
                 return example
     return None

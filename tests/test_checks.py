@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from pipeline.answers import extract
 from pipeline.calls import Outcome, Step
 from pipeline.client import Completion
 from pipeline.jobs import Job, load_job
@@ -1058,3 +1059,23 @@ async def test_an_answer_right_on_the_requests_examples_wins_over_one_passing_mo
     ]
     line = outcome.output_line()
     assert line["chosen_iteration"] != 0 and line["output"] == RUNS_OF_CAPITALS
+
+
+def test_a_test_restating_a_failing_example_is_not_named_twice() -> None:
+    """The answer's own test of the request's example fails as the example does: the
+    finding for the example stands alone; the answer's other failing tests are named."""
+    assert CODE_IMPROVE.checker is not None
+    output = extract(
+        answer(
+            EACH_CAPITAL,
+            'assert camel_to_snake("parseHTTPResponse") == "parse_http_response"\n'
+            "assert camel_to_snake('a') == 'b'",
+        ),
+        "code-with-tests",
+    )
+    found = [str(f) for f in CODE_IMPROVE.checker(SNAKE.fields, output)]
+    assert [f.split(" ")[:4] for f in found[:2]] == [
+        ["The", "request's", "own", "example"],
+        ["Failing", "test", "`assert", "camel_to_snake('a')"],
+    ]
+    assert not any("parse_http_response" in f for f in found[1:])
