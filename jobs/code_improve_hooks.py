@@ -101,6 +101,7 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
     if not units:
         if shown is not None and shown.error is not None:
             found.append(f"The code fails before any test runs: {shown.error}.")
+        found += _unasked(asked, output)
         found.append(
             "Add tests: a second ```python block of assert statements that call the code "
             "and check the results the request asks for, edge cases included."
@@ -153,6 +154,25 @@ def _contradicting(asked: answers.Terms, output: str) -> list[str]:
             f"out: {_listed(against)}. The request's examples are right: expect what they say."
         )
     return found
+
+
+def _unasked(asked: answers.Terms, output: str) -> list[str]:
+    """A finding for tests left out as tests of an error the request does not name, for an
+    answer none of whose tests is left (told to add tests: this says why its own do not
+    count)."""
+    left_out = [
+        f"`{_clip(' '.join(unit.split()), 80)}`"
+        for unit in answers.split_tests(answers.split(output)[1])
+        if answers.unasked_raise(unit, asked.errors)
+    ]
+    if not left_out:
+        return []
+    names = " or ".join(sorted(asked.errors))
+    asks = f"names {names} as the error to raise" if names else "names no error to raise"
+    return [
+        f"Tests of an error the request does not ask for are left out: {_listed(left_out)}; "
+        f"the request {asks}. Test the results it describes."
+    ]
 
 
 def _listed(items: list[str]) -> str:

@@ -1079,3 +1079,22 @@ def test_a_test_restating_a_failing_example_is_not_named_twice() -> None:
         ["Failing", "test", "`assert", "camel_to_snake('a')"],
     ]
     assert not any("parse_http_response" in f for f in found[1:])
+
+
+def test_an_answer_whose_tests_are_all_of_unasked_errors_is_told_why_they_do_not_count() -> None:
+    """Asked to add tests, an answer whose only tests check an error the request does not
+    name is told that they are left out, and why."""
+    assert CODE_IMPROVE.checker is not None
+    raises = "try:\n    add('a', 1)\nexcept TypeError:\n    pass\nelse:\n    assert False"
+    found = [
+        str(f)
+        for f in CODE_IMPROVE.checker(
+            RECORD.fields, extract(answer(ADD, raises), "code-with-tests")
+        )
+    ]
+    assert found[0] == (
+        "Tests of an error the request does not ask for are left out: `try: add('a', 1) "
+        "except TypeError: pass else: assert False`; the request names no error to raise. "
+        "Test the results it describes."
+    )
+    assert found[1].startswith("Add tests")
