@@ -35,6 +35,8 @@ from .signatures import Signature, fits
 __all__ = ["Example", "contradicted", "restated", "stated_examples"]
 
 LIMIT = 8  # examples read from one request, at most
+READ_CHARS = 20_000  # of a request's text, the first this many are read for examples
+SPAN_CHARS = 500  # the longest literal or call read as (part of) an example
 
 
 class Example(NamedTuple):
@@ -81,8 +83,8 @@ _CALL = re.compile(r"[A-Za-z_]\w*(?=\()")
 
 def _closing(text: str, start: int) -> int | None:
     """The index of the bracket closing the one at ``start`` (strings skipped), or None."""
-    depth, i = 0, start
-    while i < len(text):
+    depth, i, stop = 0, start, min(len(text), start + SPAN_CHARS)
+    while i < stop:
         c = text[i]
         if c in "\"'":
             end = _string_end(text, i)
@@ -102,8 +104,8 @@ def _closing(text: str, start: int) -> int | None:
 
 def _string_end(text: str, start: int) -> int | None:
     """The index just past the string literal opening at ``start``, or None."""
-    quote, i = text[start], start + 1
-    while i < len(text) and text[i] != "\n":
+    quote, i, stop = text[start], start + 1, min(len(text), start + SPAN_CHARS)
+    while i < stop and text[i] != "\n":
         if text[i] == "\\":
             i += 2
             continue
@@ -192,8 +194,9 @@ def _fitting(sig: Signature | None, args: tuple[Any, ...], value: Any) -> bool:
 
 def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Example, ...]:
     """The examples ``text`` states (see the module's docstring), the first of each call,
-    at most ``LIMIT``; ``declared`` are the signatures the request declares."""
-    text = text.translate(_QUOTES)
+    at most ``LIMIT``, read from its first ``READ_CHARS`` characters; ``declared`` are
+    the signatures the request declares."""
+    text = text[:READ_CHARS].translate(_QUOTES)
     by_name = {s.name: s for s in declared}
     names = set(by_name) | set(_FUNCTION.findall(text))
     alone = declared[0] if len(declared) == 1 and len(declared[0].params) == 1 else None
