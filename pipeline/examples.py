@@ -15,8 +15,10 @@ the wrong way:
   (also tuple, dict, set) standing for ``""``, ``[]``...;
 - the result is a literal, after ``->``, ``→``, ``=>``, ``==``, "gives", "becomes",
   "returns", "yields", "should return", "maps to", "turns into", "evaluates to",
-  "results in", "is converted to" (and their plain forms), or in parentheses right after
-  a literal input (``"MCMXCIV" (1994)``);
+  "results in", "is converted to" (and their plain forms), after a call also ``=``,
+  "is", "equals", "should be"; or in parentheses right after a literal input
+  (``"MCMXCIV" (1994)``); either side may be a ``code span``;
+- a doctest's call (``>>> fib(10)``) and the literal on the line after it;
 - where the request annotates the function (``signatures.signatures``), the input must
   fit its parameter and the result its return type; a bare input in parentheses is read
   only when both are annotated.
@@ -59,12 +61,19 @@ class Example(NamedTuple):
 
 
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
-_CONNECTOR = re.compile(
-    r"\s*(?:->|\u2192|=>|==|(?:(?:should|must|will|would)\s+)?"
+_CONNECTOR = re.compile(  # either side may close or open a `code span`
+    r"`?\s*(?:->|\u2192|=>|==|(?:(?:should|must|will|would)\s+)?"
     r"(?:gives?|becomes?|returns?|yields?|maps?\s+to|turns?\s+into|evaluates?\s+to|"
-    r"results?\s+in|is\s+converted\s+to)\b)\s*",
+    r"results?\s+in|is\s+converted\s+to)\b)\s*`?",
     re.IGNORECASE,
 )
+# After a call (not a bare value): "fib(10) = 55", "fib(10) is 55", "should be", "equals".
+_AFTER_CALL = re.compile(
+    r"`?\s*(?:=(?![=>])|(?:is|equals|(?:should|must|will|would)\s+be)\b)\s*`?",
+    re.IGNORECASE,
+)
+# A doctest: ">>> fib(10)" and, on the next line, what it shows.
+_DOCTEST = re.compile(r"^[ \t]*>>>[ \t]*(\S.*?)[ \t]*\n[ \t]*(?!>>>)(\S.*?)[ \t]*$", re.M)
 _PAREN = re.compile(r" ?(?=\()")
 _NAMED = re.compile(r"\b(?:the|an?)\s+empty\s+(string|list|tuple|dict|dictionary|set)\b", re.I)
 _NAMED_VALUES: dict[str, Any] = {
@@ -214,7 +223,7 @@ def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Exam
         else:
             i += 1
             continue
-        connector = _CONNECTOR.match(text, end)
+        connector = _CONNECTOR.match(text, end) or (None if bare else _AFTER_CALL.match(text, end))
         paren = None if connector or not bare else _PAREN.match(text, end)
         result = None
         if connector is not None:
@@ -224,11 +233,21 @@ def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Exam
             if result is not None and text[paren.end()] != "(":
                 result = None
         if result is not None and _fitting(by_name.get(function), args, result[0]):
-            example = Example(function, args, result[0], text[start : result[1]])
+            stated = text[start : result[1]].replace("`", "")
+            example = Example(function, args, result[0], stated)
             found.setdefault((function, repr(args)), example)
             i = result[1]
         else:
             i = end if end > i else i + 1
+    for shown in _DOCTEST.finditer(text):
+        call = _call(shown.group(1), 0, names)
+        ok, value = _evaluated(shown.group(2))
+        if len(found) >= LIMIT or call is None or call[2] != len(shown.group(1)) or not ok:
+            continue
+        function, args, _ = call
+        if _fitting(by_name.get(function), args, value):
+            example = Example(function, args, value, f">>> {shown.group(1)} shows {shown.group(2)}")
+            found.setdefault((function, repr(args)), example)
     return tuple(found.values())
 
 

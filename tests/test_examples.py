@@ -49,6 +49,24 @@ def read(text: str) -> list[str]:
             "Write half(x: float) -> float: 3 -> 1.5, and an empty list is an error.",
             ["assert half(3) == 1.5"],
         ),
+        (
+            "Write a function fib(n). `fib(10)` returns `55`; fib(1) = 1, fib(2) is 1, "
+            "fib(3) should be 2 and fib(4) >= 3.",
+            [
+                "assert fib(10) == 55",
+                "assert fib(1) == 1",
+                "assert fib(2) == 1",
+                "assert fib(3) == 2",
+            ],
+        ),
+        (
+            "Write a function fib(n).\n\n    >>> fib(10)\n    55\n    >>> fib(0)\n    0\n",
+            ["assert fib(10) == 55", "assert fib(0) == 0"],
+        ),
+        (
+            'Write camel_to_snake(name: str) -> str: `"userId"` -> `"user_id"`.',
+            ["assert camel_to_snake('userId') == 'user_id'"],
+        ),
     ],
 )
 def test_the_examples_a_request_states_are_read_as_tests(
@@ -75,6 +93,9 @@ def test_the_examples_a_request_states_are_read_as_tests(
         'Write secs(s: str) -> int: "1h30m" (5400 seconds), 2h gives 7200.',
         # arguments that are not literals
         "Write a function fib(n). fib(n - 1) + fib(n - 2) gives fib(n).",
+        # "is" and "=" only after a call; a doctest shows no literal, or another call
+        'Write f(s: str) -> int: "ab" is 2, "abc" = 3.',
+        "Write a function fib(n).\n>>> fib(10)\nfifty-five\n>>> fib(2) + 1\n2",
     ],
 )
 def test_what_is_not_plainly_an_example_is_not_read(request_text: str) -> None:
@@ -89,6 +110,8 @@ def test_the_first_of_each_call_is_kept_and_at_most_limit_are_read() -> None:
     assert len(found) == LIMIT
     assert found[0].test == "assert sq(2) == 4"
     assert found[0].stated == "sq(2) gives 4"
+    assert stated_examples("A function f(n): `f(1)` gives `2`.")[0].stated == "f(1) gives 2"
+    assert stated_examples("A function f(n):\n>>> f(1)\n2")[0].stated == ">>> f(1) shows 2"
 
 
 SNAKE = 'Write camel_to_snake(name: str) -> str: "parseHTTPResponse" -> "parse_http_response".'
