@@ -82,7 +82,7 @@ def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
 
 def check(fields: Mapping[str, Any], output: str) -> list[str]:
     """Findings: syntax errors, missing tests, a failing program or test, notes in comments."""
-    code, _ = answers.split(output)
+    code, tests = answers.split(output)
     if not code.strip():
         return ["Give the complete code in the first ```python block."]
     problem = syntax_problem(code)
@@ -92,8 +92,9 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
     units, run, shown = _results(asked, output)
     found = _examples_failing(asked, shown)  # first: the request's own word
     found += answers.comment_commentary(code, tests=True)
-    found += _contradicting(asked, output)
-    tests_problem = syntax_problem(answers.split(output)[1])
+    written = answers.split_tests(tests)  # before any is left out
+    found += _contradicting(asked, written)
+    tests_problem = syntax_problem(tests)
     if units and tests_problem is not None:
         found.append(f"Fix the syntax error in the tests at {_located(output, tests_problem)}.")
         if syntax_problem(units[0]) is not None:
@@ -101,7 +102,7 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
     if not units:
         if shown is not None and shown.error is not None:
             found.append(f"The code fails before any test runs: {shown.error}.")
-        found += _unasked(asked, output)
+        found += _unasked(asked, written)
         found.append(
             "Add tests: a second ```python block of assert statements that call the code "
             "and check the results the request asks for, edge cases included."
@@ -128,12 +129,12 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
     return found + _stray_effects(asked, code, [*units, *(e.test for e in asked.examples)])
 
 
-def _contradicting(asked: answers.Terms, output: str) -> list[str]:
+def _contradicting(asked: answers.Terms, units: list[str]) -> list[str]:
     """Findings for the tests left out because they contradict what the request says: a
     signature it declares (rows given as strings where it declares lists, lists expected
     where it returns tuples), or an example it states (``"HTMLParser"`` expected to give
-    ``"h_t_m_l_parser"`` where the request says ``"html_parser"``)."""
-    units = answers.split_tests(answers.split(output)[1])
+    ``"h_t_m_l_parser"`` where the request says ``"html_parser"``). ``units``: the
+    answer's tests as written."""
     found = []
     wrong = [s for unit in units if (s := contradiction(unit, asked.signatures)) is not None]
     if wrong:
@@ -156,13 +157,13 @@ def _contradicting(asked: answers.Terms, output: str) -> list[str]:
     return found
 
 
-def _unasked(asked: answers.Terms, output: str) -> list[str]:
+def _unasked(asked: answers.Terms, units: list[str]) -> list[str]:
     """A finding for tests left out as tests of an error the request does not name, for an
     answer none of whose tests is left (told to add tests: this says why its own do not
-    count)."""
+    count). ``units``: the answer's tests as written."""
     left_out = [
         f"`{_clip(' '.join(unit.split()), 80)}`"
-        for unit in answers.split_tests(answers.split(output)[1])
+        for unit in units
         if answers.unasked_raise(unit, asked.errors)
     ]
     if not left_out:

@@ -60,6 +60,8 @@ class Example(NamedTuple):
         return f"assert {self.call} == {self.value!r}"
 
 
+# What parsing or evaluating a piece of prose as a Python literal may raise.
+_NOT_A_LITERAL = (ValueError, TypeError, SyntaxError, MemoryError, RecursionError)
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 _CONNECTOR = re.compile(  # either side may close or open a `code span`
     r"`?\s*(?:->|\u2192|=>|==|(?:(?:should|must|will|would)\s+)?"
@@ -125,10 +127,12 @@ def _string_end(text: str, start: int) -> int | None:
 
 
 def _evaluated(source: str) -> tuple[bool, Any]:
+    """Whether ``source`` is a literal, and its value."""
     try:
-        return True, ast.literal_eval(parse_expression(source))
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        node = parse_expression(source)
+    except _NOT_A_LITERAL:
         return False, None
+    return _literal_node(node)
 
 
 def _literal(text: str, i: int) -> tuple[Any, int] | None:
@@ -169,13 +173,10 @@ def _call(text: str, i: int, names: set[str]) -> tuple[str, tuple[Any, ...], int
         return None
     if not isinstance(node, ast.Call) or node.keywords:
         return None
-    args = []
-    for arg in node.args:
-        try:
-            args.append(ast.literal_eval(arg))
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return None
-    return match.group(), tuple(args), close + 1
+    given = [_literal_node(arg) for arg in node.args]
+    if not all(ok for ok, _ in given):
+        return None
+    return match.group(), tuple(value for _, value in given), close + 1
 
 
 def _annotation(source: str) -> ast.expr | None:
@@ -270,9 +271,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _literal_node(node: ast.expr) -> tuple[bool, Any]:
+    """Whether ``node`` is a literal, and its value."""
     try:
         return True, ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+    except _NOT_A_LITERAL:
         return False, None
 
 
