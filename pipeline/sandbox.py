@@ -165,7 +165,9 @@ sys.exit(_main())
 # comes, so a run killed by the deadline still tells which tests finished.
 _TEST_HARNESS: Final = r"""
 def __refine_tests__(sources, per_test_s):
-    import ast, json, signal, sys, traceback
+    import ast, json, reprlib, signal, sys, traceback, types
+
+    VALUES_SHOWN = 4  # the code's values shown where a test failed
 
     class TestTimeout(BaseException):  # past `except Exception` in the code under test
         pass
@@ -181,12 +183,86 @@ def __refine_tests__(sources, per_test_s):
         sys.stderr.write("\n\x1erefine-test " + json.dumps(message) + "\n")
         sys.stderr.flush()
 
+    brief = reprlib.Repr()
+    brief.maxstring = brief.maxother = 60
+    brief.maxlist = brief.maxtuple = brief.maxset = brief.maxdict = 8
+    brief.maxlevel = 3
+
+    def values(frame, skip=None):
+        # The code's own values in a frame of it: its locals but the parameters (the
+        # test shows the arguments), names starting with _, functions, classes, modules.
+        code = frame.f_code
+        params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        shown = []
+        for name, value in list(frame.f_locals.items()):
+            if name in params or name.startswith("_") or value is skip:
+                continue
+            if callable(value) or isinstance(value, types.ModuleType):
+                continue
+            try:
+                shown.append(f"{name} = {brief.repr(value)}")
+            except BaseException:
+                continue
+        text = ", ".join(shown[:VALUES_SHOWN])
+        return text if len(text) <= 200 else text[:197] + "..."
+
+    def code_line(number):
+        # The line itself, unless it says no more than the error (a raise statement).
+        try:
+            with open("program.py", encoding="utf-8") as fh:
+                line = fh.read().splitlines()[number - 1].strip()
+        except BaseException:
+            return ""
+        return f": `{line[:80]}`" if line and not line.startswith("raise") else ""
+
+    def raised_at(err):
+        # Where in the code under test an error was raised, with the values there.
+        tb, last = err.__traceback__, None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == "<program>":
+                last = tb
+            tb = tb.tb_next
+        if last is None:
+            return ""
+        frame = last.tb_frame
+        where = f"raised in {frame.f_code.co_name}, line {last.tb_lineno} of the code"
+        shown = values(frame)
+        return f" ({where}{code_line(last.tb_lineno)}" + (f", where {shown})" if shown else ")")
+
+    def traced(expression, namespace):
+        # Evaluate ``expression`` and keep where the first call into the code under test
+        # returned, with its values there.
+        seen = {}
+
+        def local(frame, event, arg):
+            if event == "return" and frame is seen.get("frame"):
+                seen["at"] = (frame.f_code.co_name, frame.f_lineno, values(frame, arg))
+            return local
+
+        def calls(frame, event, arg):
+            if "frame" not in seen and frame.f_code.co_filename == "<program>":
+                seen["frame"] = frame
+                frame.f_trace_lines = False  # its return is all that is wanted
+                return local
+            return None
+
+        sys.settrace(calls)
+        try:
+            value = eval(expression, namespace)
+        finally:
+            sys.settrace(None)
+        if "at" not in seen or not seen["at"][2]:
+            return value, ""
+        name, line, shown = seen["at"]
+        return value, f"; {name} returned at line {line} of the code, where {shown}"
+
     def explain(source, err, namespace):
         line = None
         for frame in traceback.extract_tb(err.__traceback__):
             if frame.filename == "<test>":
                 line = frame.lineno
         why = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        why += raised_at(err)
         if line is None:
             return f"`{source.strip().splitlines()[-1][:200]}`: {why}"
         try:
@@ -210,8 +286,15 @@ def __refine_tests__(sources, per_test_s):
                     continue
                 left = ast.unparse(test.left)
                 try:
-                    value = eval(compile(ast.Expression(test.left), "<test>", "eval"), namespace)
-                    why += f" ({left} is {short(value)})"
+                    expression = compile(ast.Expression(test.left), "<test>", "eval")
+                    signal.setitimer(signal.ITIMER_REAL, per_test_s)
+                    try:
+                        value, returned = traced(expression, namespace)
+                    finally:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
+                    why += f" ({left} is {short(value)}{returned})"
+                except TestTimeout:
+                    pass
                 except BaseException as again:
                     why += f" ({left} raises {type(again).__name__})"
         return f"`{shown[:200]}`: {why}"
@@ -235,7 +318,7 @@ def __refine_tests__(sources, per_test_s):
             if err.code not in (None, 0, False):
                 error = f"SystemExit: {err.code}"
         except BaseException as err:
-            error = explain(source, err, namespace)[:500]
+            error = explain(source, err, namespace)[:700]
         report(error)
         results.append(error)
     return len(results)

@@ -227,10 +227,15 @@ BUGGY_FIB = (
     ("test", "result"),
     [
         ("assert fib(0) == 0", None),
-        ("assert fib(10) == 55", "`assert fib(10) == 55`: AssertionError (fib(10) is 0)"),
+        (
+            "assert fib(10) == 55",
+            "`assert fib(10) == 55`: AssertionError "
+            "(fib(10) is 0; fib returned at line 5 of the code, where b = 1)",
+        ),
         (
             "assert fib(1) == 1, 'one'",
-            "`assert fib(1) == 1, 'one'`: AssertionError: one (fib(1) is 0)",
+            "`assert fib(1) == 1, 'one'`: AssertionError: one "
+            "(fib(1) is 0; fib returned at line 5 of the code, where b = 1)",
         ),
         (
             "x = [fib(i) for i in range(3)]\nassert x == [0, 1, 1]",
@@ -239,7 +244,8 @@ BUGGY_FIB = (
         ("def test_f():\n    assert fib(2) == 1\ntest_f()", "`assert fib(2) == 1`: AssertionError"),
         (
             "fib(None)",
-            "`fib(None)`: TypeError: 'NoneType' object cannot be interpreted as an integer",
+            "`fib(None)`: TypeError: 'NoneType' object cannot be interpreted as an integer "
+            "(raised in fib, line 3 of the code: `for _ in range(n):`, where a = 0, b = 1)",
         ),
         ("while True:\n    pass", "`pass`: did not finish within 0.5 s"),
         ("import sys\nsys.exit(0)", None),
@@ -252,6 +258,99 @@ def test_run_tests_reports_each_test(test: str, result: str | None) -> None:
     assert run.error is None
     assert run.results == (None, result, None)
     assert run.passed == 3 - (result is not None)
+
+
+WORDS = (
+    "import re\n"
+    "def words(text):\n"
+    "    parts = text.lower().split()\n"
+    "    _seen = len(parts)\n"
+    "    counts = {}\n"
+    "    for part in parts:\n"
+    "        counts[part] = counts.get(part, 0) + 1\n"
+    "    helper = lambda: None\n"
+    "    return counts\n"
+    "def depth(items):\n"
+    "    inner = [depth(i) for i in items if isinstance(i, list)]\n"
+    "    return 1 + max(inner, default=0)\n"
+    "def parse(text):\n"
+    "    pieces = text.split()\n"
+    "    if len(pieces) != 3:\n"
+    "        raise ValueError('need three parts')\n"
+    "    return int(pieces[0]) + int(pieces[1]) + int(pieces[2])\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("test", "result"),
+    [
+        # Its own values where it returned: not the parameters (the test shows them), not
+        # names starting with _, functions or modules, not the returned value again.
+        (
+            "assert words('a1b a') == {'a': 2, 'b': 1}",
+            "`assert words('a1b a') == {'a': 2, 'b': 1}`: AssertionError (words('a1b a') is "
+            "{'a1b': 1, 'a': 1}; words returned at line 9 of the code, where "
+            "parts = ['a1b', 'a'], part = 'a')",
+        ),
+        # The call the test made, not the recursive calls inside it.
+        (
+            "assert depth([1, [2, [3]]]) == 2",
+            "`assert depth([1, [2, [3]]]) == 2`: AssertionError (depth([1, [2, [3]]]) is 3; "
+            "depth returned at line 12 of the code, where inner = [2])",
+        ),
+        # Where an error was raised and the values there; a raise line is not quoted.
+        (
+            "assert parse('1h30m') == 5400",
+            "`assert parse('1h30m') == 5400`: ValueError: need three parts (raised in parse, "
+            "line 16 of the code, where pieces = ['1h30m'])",
+        ),
+        (
+            "assert parse('a b c') == 0",
+            "`assert parse('a b c') == 0`: ValueError: invalid literal for int() with base 10: "
+            "'a' (raised in parse, line 17 of the code: "
+            "`return int(pieces[0]) + int(pieces[1]) + int(pieces[2])`, where "
+            "pieces = ['a', 'b', 'c'])",
+        ),
+        # Nothing of its own to show: the value alone.
+        (
+            "assert parse('1 2 3') == 7",
+            "`assert parse('1 2 3') == 7`: AssertionError "
+            "(parse('1 2 3') is 6; parse returned at line 17 of the code, where "
+            "pieces = ['1', '2', '3'])",
+        ),
+    ],
+)
+def test_failing_tests_show_the_codes_values(test: str, result: str) -> None:
+    """A failing test says where the code under test returned or raised, and its values
+    there: what a reader would look at first to see why."""
+    assert run_tests(WORDS, [test]).results == (result,)
+
+
+def test_values_are_shown_briefly() -> None:
+    """A long value is cut short; the values shown are at most four."""
+    code = (
+        "def f():\n"
+        "    a = list(range(1000))\n    b = 'x' * 500\n    c = d = e = g = 1\n"
+        "    return 0\n"
+    )
+    (result,) = run_tests(code, ["assert f() == 1"]).results
+    assert result is not None
+    assert "a = [0, 1, 2, 3, 4, 5, 6, 7, ...]" in result
+    assert f"b = '{'x' * 27}...{'x' * 28}'" in result
+    assert result.endswith("c = 1, d = 1)")
+
+
+def test_a_slow_call_is_not_traced_past_its_limit() -> None:
+    """Evaluating a failing test's left side again to show its value runs under the same
+    per-test limit: a slow call fails alone, and the tests after it still run."""
+    code = (
+        "import time\ncalls = []\n"
+        "def f():\n    calls.append(1)\n    time.sleep(0.1 if len(calls) == 1 else 30)\n"
+        "    return 0\n"
+    )
+    run = run_tests(code, ["assert f() == 1", "assert 1 == 1"], timeout_s=5, per_test_s=1)
+    assert run.error is None
+    assert run.results == ("`assert f() == 1`: AssertionError", None)
 
 
 def test_run_tests_when_the_code_fails() -> None:
