@@ -188,21 +188,26 @@ def __refine_tests__(sources, per_test_s):
     brief.maxlist = brief.maxtuple = brief.maxset = brief.maxdict = 8
     brief.maxlevel = 3
 
-    def values(frame, skip=None):
+    nothing = object()
+
+    def values(frame, skip=nothing):
         # The code's own values in a frame of it: its locals but the parameters (the
-        # test shows the arguments), names starting with _, functions, classes, modules.
+        # test shows the arguments), names starting with _, functions, classes, modules
+        # and ``skip`` (the value returned, which the finding shows already).
         code = frame.f_code
         params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         shown = []
         for name, value in list(frame.f_locals.items()):
             if name in params or name.startswith("_") or value is skip:
                 continue
-            if callable(value) or isinstance(value, types.ModuleType):
-                continue
             try:
-                shown.append(f"{name} = {brief.repr(value)}")
+                if callable(value) or isinstance(value, types.ModuleType):
+                    continue
+                text = brief.repr(value)
             except BaseException:
                 continue
+            if " at 0x" not in text:  # an object shown by its address says nothing
+                shown.append(f"{name} = {text}")
         text = ", ".join(shown[:VALUES_SHOWN])
         return text if len(text) <= 200 else text[:197] + "..."
 

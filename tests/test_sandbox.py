@@ -340,6 +340,21 @@ def test_values_are_shown_briefly() -> None:
     assert result.endswith("c = 1, d = 1)")
 
 
+def test_values_of_none_and_odd_values() -> None:
+    """A local that is None is shown where the call raised; one shown only by its address
+    (its repr fails, or it has none of its own) is not."""
+    code = (
+        "class Odd:\n    def __repr__(self):\n        raise RuntimeError\n"
+        "class Plain:\n    pass\n"
+        "def f(text):\n    found = None\n    odd, plain = Odd(), Plain()\n    return text[5]\n"
+    )
+    (result,) = run_tests(code, ["assert f('abc') == 'x'"]).results
+    assert result == (
+        "`assert f('abc') == 'x'`: IndexError: string index out of range (raised in f, "
+        "line 9 of the code: `return text[5]`, where found = None)"
+    )
+
+
 def test_a_slow_call_is_not_traced_past_its_limit() -> None:
     """Evaluating a failing test's left side again to show its value runs under the same
     per-test limit: a slow call fails alone, and the tests after it still run."""
