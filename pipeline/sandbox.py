@@ -165,7 +165,7 @@ sys.exit(_main())
 # comes, so a run killed by the deadline still tells which tests finished.
 _TEST_HARNESS: Final = r"""
 def __refine_tests__(sources, per_test_s):
-    import ast, json, reprlib, signal, sys, traceback, types
+    import ast, inspect, json, reprlib, signal, sys, traceback, types
 
     VALUES_SHOWN = 4  # the code's values shown where a test failed
 
@@ -195,7 +195,10 @@ def __refine_tests__(sources, per_test_s):
         # test shows the arguments), names starting with _, functions, classes, modules
         # and ``skip`` (the value returned, which the finding shows already).
         code = frame.f_code
-        params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        count = code.co_argcount + code.co_kwonlyargcount
+        count += bool(code.co_flags & inspect.CO_VARARGS)
+        count += bool(code.co_flags & inspect.CO_VARKEYWORDS)
+        params = code.co_varnames[:count]
         shown = []
         for name, value in list(frame.f_locals.items()):
             if name in params or name.startswith("_") or value is skip:

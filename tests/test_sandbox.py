@@ -278,6 +278,9 @@ WORDS = (
     "    if len(pieces) != 3:\n"
     "        raise ValueError('need three parts')\n"
     "    return int(pieces[0]) + int(pieces[1]) + int(pieces[2])\n"
+    "def total(first, *rest, scale=1, **options):\n"
+    "    summed = first + sum(rest)\n"
+    "    return summed * scale\n"
 )
 
 
@@ -310,6 +313,12 @@ WORDS = (
             "'a' (raised in parse, line 17 of the code: "
             "`return int(pieces[0]) + int(pieces[1]) + int(pieces[2])`, where "
             "pieces = ['a', 'b', 'c'])",
+        ),
+        # Parameters of every kind are left out: *args and **kwargs too.
+        (
+            "assert total(1, 2, scale=3) == 0",
+            "`assert total(1, 2, scale=3) == 0`: AssertionError (total(1, 2, scale=3) is 9; "
+            "total returned at line 20 of the code, where summed = 3)",
         ),
         # Nothing of its own to show: the value alone.
         (
