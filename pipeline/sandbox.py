@@ -369,8 +369,10 @@ def run_tests(
     """Run ``code``, then each test (Python source) in its namespace, each one on its own.
 
     A failing assert, an exception and a test running past ``per_test_s`` each fail that
-    test only; a failed ``assert a == b`` says what ``a`` was. Never raises for anything
-    the program or its tests do.
+    test only; a failed ``assert a == b`` says what ``a`` was and, where ``a`` called the
+    code, where that call returned and the code's own values there (its locals but the
+    parameters, briefly); an exception raised in the code says where, with the values
+    there. Never raises for anything the program or its tests do.
     """
     call = f"exec({_TEST_HARNESS!r}) or __refine_tests__({list(tests)!r}, {per_test_s!r})"
     run = run_python(code, call=call, timeout_s=timeout_s, memory_mb=memory_mb)
