@@ -165,7 +165,7 @@ sys.exit(_main())
 # comes, so a run killed by the deadline still tells which tests finished.
 _TEST_HARNESS: Final = r"""
 def __refine_tests__(sources, per_test_s):
-    import ast, inspect, json, reprlib, signal, sys, traceback, types
+    import ast, inspect, json, reprlib, signal, sys, types
 
     VALUES_SHOWN = 4  # the code's values shown where a test failed
 
@@ -214,22 +214,29 @@ def __refine_tests__(sources, per_test_s):
         text = ", ".join(shown[:VALUES_SHOWN])
         return text if len(text) <= 200 else text[:197] + "..."
 
+    try:  # read once, before a test could change the directory
+        with open("program.py", encoding="utf-8") as fh:
+            program = fh.read().splitlines()
+    except BaseException:
+        program = []
+
     def code_line(number):
         # The line itself, unless it says no more than the error (a raise statement).
-        try:
-            with open("program.py", encoding="utf-8") as fh:
-                line = fh.read().splitlines()[number - 1].strip()
-        except BaseException:
-            return ""
+        line = program[number - 1].strip() if 0 < number <= len(program) else ""
         return f": `{line[:80]}`" if line and not line.startswith("raise") else ""
+
+    def innermost(err, filename):
+        # The traceback entry of the last frame in ``filename`` that ``err`` passed.
+        tb, last = err.__traceback__, None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == filename:
+                last = tb
+            tb = tb.tb_next
+        return last
 
     def raised_at(err):
         # Where in the code under test an error was raised, with the values there.
-        tb, last = err.__traceback__, None
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == "<program>":
-                last = tb
-            tb = tb.tb_next
+        last = innermost(err, "<program>")
         if last is None:
             return ""
         frame = last.tb_frame
@@ -265,10 +272,8 @@ def __refine_tests__(sources, per_test_s):
         return value, f"; {name} returned at line {line} of the code, where {shown}"
 
     def explain(source, err, namespace):
-        line = None
-        for frame in traceback.extract_tb(err.__traceback__):
-            if frame.filename == "<test>":
-                line = frame.lineno
+        at = innermost(err, "<test>")
+        line = None if at is None else at.tb_lineno
         why = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         why += raised_at(err)
         if line is None:
