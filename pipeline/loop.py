@@ -535,8 +535,11 @@ def build_messages(
             values["feedback"] = feedback_text(job, fb)
             values["history"] = render_history(job, steps, base)
             values["findings"] = findings_text(job, fb)
-            retrying_copy = bool(steps) and is_copy(steps[-1])
-            template = job.copy_prompt if retrying_copy and job.copy_prompt else job.refine_prompt
+            template = job.refine_prompt
+            if steps and is_copy(steps[-1]) and job.copy_prompt:
+                template = job.copy_prompt
+            elif steps and is_redraft(steps[-1]) and job.redraft_prompt:
+                template = job.redraft_prompt
             prompt = render(template, values)
     messages = []
     if job.system_prompt:
@@ -585,15 +588,20 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
     role, iteration = nxt
     again = bool(steps) and is_cut_retry(steps[-1])
     cut = again or (bool(steps) and _retry_cut_off(steps))
-    # A copy's retry runs hotter: a cut-off answer is asked again as its call was made.
+    # A copy's retry runs hotter, a second draft at its own temperature where the job sets
+    # one: a cut-off answer is asked again as its call was made.
     before = steps[:-1] if again else steps
-    retrying_copy = bool(before) and is_copy(before[-1])
+    temperature = job.temperature
+    if before and is_copy(before[-1]):
+        temperature = job.copy_temperature
+    elif before and is_redraft(before[-1]) and job.redraft_temperature is not None:
+        temperature = job.redraft_temperature
     return Call(
         role=role,
         iteration=iteration,
         messages=build_messages(job, record, role, iteration, steps),
         schema=job.feedback_schema if role == "feedback" else None,
-        temperature=job.copy_temperature if retrying_copy else job.temperature,
+        temperature=temperature,
         max_tokens=job.max_tokens,
         frequency_penalty=RETRY_FREQUENCY_PENALTY if cut else None,
     )

@@ -256,6 +256,8 @@ async def test_copy_step_is_not_an_iteration_in_outputs() -> None:
 
 REDRAFTING = load_job("code-improve")  # with its hooks: the answer's tests run in the sandbox
 CODE_IMPROVE = dataclasses.replace(REDRAFTING, redraft=False)  # one draft per refinement
+# redrafting from the same messages, at the job's temperature
+SAME_MESSAGES = dataclasses.replace(REDRAFTING, redraft_prompt=None, redraft_temperature=None)
 
 
 def answer(code: str, tests: str) -> str:
@@ -814,7 +816,7 @@ async def test_a_refinement_failing_its_checks_is_drafted_once_more_and_either_m
     """A refinement whose own test fails is drafted again from the same messages at the
     job's temperature; the second draft is the iteration's answer the critic reviews, the
     first stays a candidate and, passing more of the pooled tests, is the output."""
-    job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
+    job = dataclasses.replace(SAME_MESSAGES, score_threshold=None, retry_copy=False)
     client = ScriptedClient(
         [
             answer(SUB, "assert add(1, 2) == 3"),
@@ -844,6 +846,43 @@ async def test_a_refinement_failing_its_checks_is_drafted_once_more_and_either_m
 
 
 @pytest.mark.anyio
+async def test_the_second_draft_starts_afresh_from_the_findings() -> None:
+    """code-improve's second draft asks refine_redraft, at redraft_temperature: the request
+    and the findings on the answer being refined, without that answer's code or the
+    critic's actions; resumed after the first draft, the same call is made."""
+    job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
+    assert job.redraft_temperature is not None and job.redraft_temperature != job.temperature
+    script = [
+        answer(SUB, "assert add(1, 2) == 3"),
+        critic(done=False, action="Rename the function.", score=3),
+        answer(SUB + "  # still", "assert add(2, 2) == 4"),  # fails its tests: redrafted
+        answer(ADD, "assert add(1, 2) == 3"),
+        critic(done=True, score=9),
+    ]
+    sink = RecordingSink()
+    client = ScriptedClient(script)
+    outcome = await refine_record(RECORD, job, client, sink, Policy(1))
+    assert client.script == [] and outcome.output == ADD
+    assert outcome.steps[2].error is not None and outcome.steps[2].error["type"] == "redraft"
+    refine, redraft = client.messages[2][-1]["content"], client.messages[3][-1]["content"]
+    assert SUB in refine and "Rename the function." in refine
+    assert SUB not in redraft and "Rename the function." not in redraft
+    assert RECORD.fields["task"] in redraft
+    assert "Failing test `assert add(1, 2) == 3`" in redraft  # the findings on the input
+    assert "do not reuse the earlier code" in redraft
+    assert client.temperatures[2] == job.temperature
+    assert client.temperatures[3] == job.redraft_temperature
+    # resumed from the steps saved up to the first draft: the same fresh call
+    resumed = ScriptedClient([answer(ADD, "assert add(1, 2) == 3"), critic(done=True, score=9)])
+    again = await refine_record(
+        RECORD, job, resumed, RecordingSink(), Policy(1), prior=sink.steps[:3]
+    )
+    assert resumed.messages[0] == client.messages[3]
+    assert resumed.temperatures[0] == job.redraft_temperature
+    assert again.output == ADD
+
+
+@pytest.mark.anyio
 async def test_a_refinement_passing_its_checks_is_not_drafted_again() -> None:
     """Only a refinement its checks find problems in gets a second draft."""
     job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
@@ -865,7 +904,7 @@ async def test_a_refinement_passing_its_checks_is_not_drafted_again() -> None:
 async def test_a_run_stopped_after_a_first_draft_resumes_with_the_second() -> None:
     """Resumed from the steps saved up to a first draft, the loop asks the second draft
     (the same messages), not the critic."""
-    job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
+    job = dataclasses.replace(SAME_MESSAGES, score_threshold=None, retry_copy=False)
     script = [
         answer(SUB, "assert add(1, 2) == 3"),
         critic(done=False, score=3),

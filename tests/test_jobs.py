@@ -276,6 +276,23 @@ BROKEN = [
         "prompts.refine_copy",
         id="refine-copy-unknown-placeholder",
     ),
+    pytest.param(
+        edit("[feedback]\n", 'refine_redraft = "Anew: {{task}}, {{findings}}"\n\n[feedback]\n'),
+        "prompts.refine_redraft",
+        id="refine-redraft-without-redraft",
+    ),
+    pytest.param(
+        edit("[feedback]\n", 'refine_redraft = "Anew: {{code}}"\n\n[feedback]\n').replace(
+            "max_iters = 2", "max_iters = 2\nredraft = true"
+        ),
+        "prompts.refine_redraft",
+        id="refine-redraft-unknown-placeholder",
+    ),
+    pytest.param(
+        edit("max_iters = 2", "max_iters = 2\nredraft_temperature = 1.0"),
+        "stop.redraft_temperature",
+        id="redraft-temperature-without-redraft",
+    ),
 ]
 
 

@@ -22,7 +22,7 @@ from pipeline import (
     load_job,
     run,
 )
-from pipeline.calls import Step, is_copy, is_retried
+from pipeline.calls import Step, is_copy, is_redraft, is_retried
 from pipeline.rundir import RunDir
 from pipeline.status import collect
 from pipeline.testing.simulator import SimConfig, Simulator
@@ -98,8 +98,13 @@ def test_refine_prompts_carry_all_earlier_feedback(tmp_path: Path) -> None:
     checked = 0
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         steps = trace["steps"]
-        # A copy guard's retry asks the job's refine_copy prompt (the findings, no history).
-        retries = {id(b) for a, b in itertools.pairwise(steps) if is_copy(Step.from_dict(a))}
+        # A copy guard's retry and a second draft ask the job's refine_copy and
+        # refine_redraft prompts (the findings, no history).
+        retries = {
+            id(b)
+            for a, b in itertools.pairwise(steps)
+            if is_copy(Step.from_dict(a)) or is_redraft(Step.from_dict(a))
+        }
         for r in (s for s in steps if s["role"] == "refine" and id(s) not in retries):
             checked += r["iteration"] - 1
             prompt = r["messages"][-1]["content"]
@@ -108,8 +113,12 @@ def test_refine_prompts_carry_all_earlier_feedback(tmp_path: Path) -> None:
             ):
                 for action in fb["parsed"]["actions"]:
                     assert action in prompt
-            for ans in (
-                s for s in steps if s["role"] != "feedback" and s["iteration"] < r["iteration"]
+            for ans in (  # every iteration's answer (a first draft, redrafted, is none)
+                s
+                for s in steps
+                if s["role"] != "feedback"
+                and s["iteration"] < r["iteration"]
+                and not is_redraft(Step.from_dict(s))
             ):
                 assert ans["output"] in prompt
     assert checked > 0, "some refine must have had history beyond the latest attempt"
