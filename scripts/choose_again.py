@@ -13,7 +13,9 @@ iteration 0, the calls (copy retries among them) and tokens it used, how many an
 ran into max_tokens (and how many attempts cut off there were asked again), the second
 drafts, the distinct tests contradicting the request's signature or its examples, and
 how many answers get all the request's examples right (and how many of those, and of the
-others, pass the hidden tests); given several runs, the totals over all of them.
+others, pass the hidden tests), and how often a refinement of code failing the hidden
+tests passes them, by the prompt it answered (the refine prompt's edit, the copy guard's
+retry, a second draft); given several runs, the totals over all of them.
 
 With ``--recheck``, every answer is first checked again by this checkout's hooks (its
 tests split and run as this checkout would, its findings and pooled tests with them):
@@ -25,8 +27,9 @@ Usage: scripts/choose_again.py [--recheck] RUN_DIR [RUN_DIR ...]
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -149,9 +152,56 @@ SHOWN = {
 }
 
 
+# The prompt a refinement answered: the refine prompt (an edit of the latest answer), the
+# copy guard's retry, or a second draft's (the same messages, or the job's refine_redraft)
+CALL_KINDS = ("edit", "copy retry", "second draft")
+
+
+def call_kind(steps: Sequence[Step], i: int) -> str:
+    """Which of CALL_KINDS the refinement ``steps[i]`` answered (a cut-off answer asked
+    once more answers the prompt of the attempt it repeats)."""
+    j = i - 1
+    while j >= 0 and is_cut_retry(steps[j]):
+        j -= 1
+    if j >= 0 and is_copy(steps[j]):
+        return "copy retry"
+    if j >= 0 and is_redraft(steps[j]):
+        return "second draft"
+    return "edit"
+
+
+def fixes(steps: Sequence[Step], passes: Callable[[int], bool]) -> dict[str, tuple[int, int]]:
+    """By CALL_KINDS: of the refinements whose input (the iteration before's answer) fails
+    the hidden tests (``passes`` by place in ``steps``), how many pass them, and how many
+    there are. A cut-off attempt asked again is left out; a copy counts, as an edit."""
+    answer_at = {s.iteration: i for i, s in enumerate(steps) if is_answer(s)}
+    tally = dict.fromkeys(CALL_KINDS, (0, 0))
+    for i, step in enumerate(steps):
+        if step.role != "refine" or step.failed or is_cut_retry(step):
+            continue
+        before = answer_at.get(step.iteration - 1)
+        if before is None or passes(before):
+            continue
+        kind = call_kind(steps, i)
+        right, tried = tally[kind]
+        tally[kind] = (right + passes(i), tried + 1)
+    return tally
+
+
+def _passing(known: dict[int, bool], steps: Sequence[Step], tests: list[str], i: int) -> bool:
+    """Whether ``steps[i]``'s code passes the hidden ``tests`` (``known`` keeps each answer)."""
+    if i not in known:
+        known[i] = hidden_pass(split(steps[i].output or "")[0], tests)
+    return known[i]
+
+
+def _fixes_text(tally: Mapping[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{kind} {right}/{tried}" for kind, (right, tried) in tally.items())
+
+
 def report(
     run_dir: Path, hidden: dict[str, list[str]], recheck: bool = False
-) -> tuple[str, dict[str, Tally], int]:
+) -> tuple[str, dict[str, Tally], int, dict[str, tuple[int, int]]]:
     """The run's line, and its tallies by way of choosing (see RULES)."""
     job = load_job("code-improve")
     outputs = {
@@ -165,6 +215,7 @@ def report(
     against: set[tuple[str, str]] = set()  # tests contradicting the request's signature
     against_examples: set[tuple[str, str]] = set()  # ... or an example it states
     right_on_examples = [0, 0, 0]  # answers right on every example; those passing; others passing
+    fixed = dict.fromkeys(CALL_KINDS, (0, 0))  # refinements of failing code: right, tried
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
@@ -186,6 +237,11 @@ def report(
             if is_draft(s)
         }
         first = passes[min(passes)]
+
+        for kind, (right, tried) in fixes(
+            steps, partial(_passing, dict(passes), steps, hidden[rid])
+        ).items():
+            fixed[kind] = (fixed[kind][0] + right, fixed[kind][1] + tried)
         for i in (i for i, s in enumerate(steps) if is_redraft(s)):
             redrafts += 1
             second = next(
@@ -236,9 +292,10 @@ def report(
         f"wrong where it was right); {len(against)} distinct tests against the request's "
         f"signature, {len(against_examples)} against its examples; {right_on_examples[0]} "
         f"answers right on all the request's examples ({right_on_examples[1]} of them pass the "
-        f"hidden tests; {right_on_examples[2]} answers wrong on one pass them)"
+        f"hidden tests; {right_on_examples[2]} answers wrong on one pass them); refinements "
+        f"of failing code right, by prompt: {_fixes_text(fixed)}"
     )
-    return text, tallies, n
+    return text, tallies, n, fixed
 
 
 def main() -> None:
@@ -248,12 +305,15 @@ def main() -> None:
     hidden = orjson.loads(HIDDEN.read_bytes())
     totals = {rule: Tally() for rule in RULES}
     records = 0
+    fixed = dict.fromkeys(CALL_KINDS, (0, 0))
     recheck = "--recheck" in sys.argv[1:]
     runs = [arg for arg in sys.argv[1:] if arg != "--recheck"]
     for arg in runs:
-        text, tallies, n = report(Path(arg), hidden, recheck)
+        text, tallies, n, run_fixed = report(Path(arg), hidden, recheck)
         print(text, flush=True)
         records += n
+        for kind, (right, tried) in run_fixed.items():
+            fixed[kind] = (fixed[kind][0] + right, fixed[kind][1] + tried)
         for rule in RULES:
             totals[rule].merge(tallies[rule])
     if len(runs) > 1:
@@ -261,6 +321,7 @@ def main() -> None:
         for rule in RULES[1:]:
             print(f"  {SHOWN[rule]}: {totals[rule].text(records, named=False)}")
         print(f"  (iteration 0: {totals['first'].passed}/{records})")
+        print(f"  refinements of failing code right, by prompt: {_fixes_text(fixed)}")
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
     run_dir.mkdir()
     (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
     (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
-    text, tallies, n = choose_again_script().report(run_dir, HIDDEN, recheck)
+    text, tallies, n, fixed = choose_again_script().report(run_dir, HIDDEN, recheck)
     # the first draft right, the second wrong; one test against the request's signature,
     # one against its example ("the empty string gives []"); the right draft alone gets
     # both of the request's examples right
@@ -158,10 +158,47 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
         "second drafts: 1 (0 right where the first was not, 1 wrong where it was right); "
         "1 distinct tests against the request's signature, 1 against its examples; 1 answers "
         "right on all the request's examples (1 of them pass the hidden tests; 0 answers "
-        "wrong on one pass them)"
+        "wrong on one pass them); refinements of failing code right, by prompt: edit 1/1, "
+        "copy retry 0/0, second draft 0/1"
     )
+    # both refinements start from the failing draft: the edit is right, the second draft not
+    assert fixed == {"edit": (1, 1), "copy retry": (0, 0), "second draft": (0, 1)}
     assert n == 1
     assert [
         tallies[rule].passed for rule in ("first", "output", "again", "no_examples", "best")
     ] == [0, 1, 1, 1, 1]
     assert tallies["again"].gained == ["rle"] and tallies["again"].lost == []
+
+
+def test_refinements_of_failing_code_are_told_apart_by_the_prompt_they_answered() -> None:
+    """A copy counts as an edit; the copy guard's retry and a second draft are their own
+    kinds; a cut-off attempt asked again is counted once, as the kind it repeats; a
+    refinement of code that passed is no refinement of failing code."""
+    script = choose_again_script()
+
+    def step(role: str, t: int, error: str | None = None) -> Step:
+        kind = {"type": error} if error else None
+        return Step(role, t, [], "", None, {}, 0.0, 1, error=kind, output="x")
+
+    steps = [
+        step("generate", 0),  # 0: fails
+        step("feedback", 0),
+        step("refine", 1, "copy"),  # 2: an edit that copied its input
+        step("refine", 1, "cut_off"),  # 3: the copy retry, cut off: asked again
+        step("refine", 1),  # 4: the copy retry, right
+        step("feedback", 1),
+        step("refine", 2, "redraft"),  # 6: an edit of right code: not counted
+        step("refine", 2),  # 7: its second draft
+    ]
+    right = {4}
+    assert script.fixes(steps, lambda i: i in right) == {
+        "edit": (0, 1),
+        "copy retry": (1, 1),
+        "second draft": (0, 0),
+    }
+    right = set()  # the iteration-1 answer fails too: iteration 2's drafts count
+    assert script.fixes(steps, lambda i: i in right) == {
+        "edit": (0, 2),
+        "copy retry": (0, 1),
+        "second draft": (0, 1),
+    }
