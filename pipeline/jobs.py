@@ -59,9 +59,10 @@ A job is a TOML file::
     example without the answer it copied. [stop] redraft = true: a refinement its checks
     still find problems in is drafted once more from the same messages (at the job's
     temperature; at most one extra answer call per iteration); with [prompts]
-    refine_redraft (same placeholders as refine) the second draft asks it instead, at
-    redraft_temperature (default: the job's temperature), for example a fresh start from
-    the findings without the code that failed them; both drafts run the tests pooled for
+    refine_redraft (same placeholders as refine) the second draft asks it instead where
+    the checks found problems in the answer being refined (for example a fresh start
+    from those findings, without the code that failed them), at redraft_temperature
+    (default: the job's temperature); both drafts run the tests pooled for
     the choice and either may be the chosen answer, the second is the iteration's answer
     the critic sees.
 """

@@ -513,6 +513,17 @@ def render_history(job: Job, steps: Sequence[Step], upto: int) -> str:
     return "\n\n".join(parts) if parts else "(no earlier attempts)"
 
 
+def _afresh(steps: Sequence[Step], iteration: int) -> bool:
+    """Whether a second draft of refinement ``iteration`` is due (the step before it, a
+    first draft, was redrafted) and the checks found problems in the answer both drafts
+    refine: a job's ``refine_redraft`` starts afresh from those findings. (Without any, its
+    findings would be the critic's actions: the same messages are asked once more.)"""
+    if not steps or not is_redraft(steps[-1]):
+        return False
+    fb = _feedback_on(steps, iteration - 1)
+    return fb is not None and any(f["source"] == "check" for f in fb.findings or ())
+
+
 def build_messages(
     job: Job, record: Record, role: Role, iteration: int, steps: Sequence[Step]
 ) -> list[dict[str, str]]:
@@ -538,7 +549,7 @@ def build_messages(
             template = job.refine_prompt
             if steps and is_copy(steps[-1]) and job.copy_prompt:
                 template = job.copy_prompt
-            elif steps and is_redraft(steps[-1]) and job.redraft_prompt:
+            elif job.redraft_prompt and _afresh(steps, iteration):
                 template = job.redraft_prompt
             prompt = render(template, values)
     messages = []
@@ -594,7 +605,11 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
     temperature = job.temperature
     if before and is_copy(before[-1]):
         temperature = job.copy_temperature
-    elif before and is_redraft(before[-1]) and job.redraft_temperature is not None:
+    elif (
+        job.redraft_temperature is not None
+        and (before and is_redraft(before[-1]))
+        and (job.redraft_prompt is None or _afresh(before, iteration))
+    ):
         temperature = job.redraft_temperature
     return Call(
         role=role,

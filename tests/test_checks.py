@@ -883,6 +883,27 @@ async def test_the_second_draft_starts_afresh_from_the_findings() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_second_draft_of_code_that_passed_its_checks_asks_the_same_messages() -> None:
+    """Where the checks found nothing in the answer being refined, there are no findings
+    to start afresh from: the second draft asks the first's messages, at its temperature."""
+    job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
+    client = ScriptedClient(
+        [
+            answer(ADD, "assert add(1, 2) == 3"),
+            critic(done=False, action="Add a docstring.", score=6),
+            answer(SUB, "assert add(1, 2) == 3"),  # the edit broke it: redrafted
+            answer(ADD + "  # adds", "assert add(1, 2) == 3"),
+            critic(done=True, score=9),
+        ]
+    )
+    outcome = await refine_record(RECORD, job, client, RecordingSink(), Policy(1))
+    assert client.script == [] and outcome.steps[2].error is not None
+    assert outcome.steps[2].error["type"] == "redraft"
+    assert client.messages[3] == client.messages[2]
+    assert client.temperatures[3] == client.temperatures[2] == job.temperature
+
+
+@pytest.mark.anyio
 async def test_a_refinement_passing_its_checks_is_not_drafted_again() -> None:
     """Only a refinement its checks find problems in gets a second draft."""
     job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
