@@ -22,7 +22,8 @@ A job is a TOML file::
     feedback = "..."
     refine = "..."              # must use {{history}}: the earlier (output, feedback) pairs
     refine_copy = "..."         # optional: the copy guard's retry (see retry_copy below)
-    refine_redraft = "..."      # optional: the second draft's prompt (see redraft below)
+    refine_failing = "..."      # optional: asked instead of refine where the checks found
+                                # problems in the answer being refined (same placeholders)
 
     [feedback]
     schema = { ... }            # JSON Schema of the feedback object (TOML table or JSON string)
@@ -58,13 +59,12 @@ A job is a TOML file::
     [prompts] refine_copy (same placeholders as refine) that retry asks it instead, for
     example without the answer it copied. [stop] redraft = true: a refinement its checks
     still find problems in is drafted once more from the same messages (at the job's
-    temperature; at most one extra answer call per iteration); with [prompts]
-    refine_redraft (same placeholders as refine) the second draft asks it instead where
-    the checks found problems in the answer being refined (for example a fresh start
-    from those findings, without the code that failed them), at redraft_temperature
-    (default: the job's temperature); both drafts run the tests pooled for
-    the choice and either may be the chosen answer, the second is the iteration's answer
-    the critic sees.
+    temperature, or at redraft_temperature where set; at most one extra answer call per
+    iteration); both drafts run the tests pooled for the choice and either may be the
+    chosen answer, the second is the iteration's answer the critic sees. [prompts]
+    refine_failing is asked instead of refine where the checks found problems in the
+    answer being refined: for example a fresh start from those findings, without the
+    code that failed them or the critic's actions.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ _TOP_KEYS = (
     "stop",
 )
 _TABLE_KEYS = {
-    "prompts": ("feedback", "generate", "refine", "refine_copy", "refine_redraft", "system"),
+    "prompts": ("feedback", "generate", "refine", "refine_copy", "refine_failing", "system"),
     "feedback": ("actions_field", "done_field", "schema", "score_field", "score_from"),
     "stop": (
         "copy_temperature",
@@ -175,8 +175,9 @@ class Job:
     copy_temperature: float = 1.0
     copy_prompt: str | None = None  # the copy guard's retry asks this instead of refine
     redraft: bool = False  # a refinement its checks find problems in is drafted once more
-    redraft_prompt: str | None = None  # the second draft asks this instead of the same messages
     redraft_temperature: float | None = None  # the second draft's; None: the job's temperature
+    # asked instead of refine_prompt where the checks found problems in the answer refined
+    failing_prompt: str | None = None
     score_from: tuple[str, ...] = ()  # rating fields whose sum replaces the critic's own score
 
     @property
@@ -352,14 +353,12 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         )
         if not retry_copy:
             raise JobError(src, "prompts.refine_copy", "needs [stop] retry_copy = true")
-    redraft_prompt = r.get("prompts.refine_redraft", str, None)
-    redraft_temperature = r.get("stop.redraft_temperature", (int, float), None)
-    if redraft_prompt is not None:
+    failing_prompt = r.get("prompts.refine_failing", str, None)
+    if failing_prompt is not None:
         _check_placeholders(
-            src, "prompts.refine_redraft", redraft_prompt, input_names | set(LOOP_VARIABLES)
+            src, "prompts.refine_failing", failing_prompt, input_names | set(LOOP_VARIABLES)
         )
-        if not redraft:
-            raise JobError(src, "prompts.refine_redraft", "needs [stop] redraft = true")
+    redraft_temperature = r.get("stop.redraft_temperature", (int, float), None)
     if redraft_temperature is not None and not redraft:
         raise JobError(src, "stop.redraft_temperature", "needs [stop] redraft = true")
 
@@ -400,7 +399,7 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         copy_temperature=copy_temperature,
         copy_prompt=copy_prompt,
         redraft=redraft,
-        redraft_prompt=redraft_prompt,
+        failing_prompt=failing_prompt,
         redraft_temperature=float(redraft_temperature) if redraft_temperature is not None else None,
         score_from=score_from,
     )

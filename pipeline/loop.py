@@ -358,8 +358,9 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     does, those that pass the most of their own tests (all of them for answers without
     tests, or when the job has no checks). Where the answers carry tests, a later
     candidate stays one only if it behaves as the earliest does on the calls near the
-    tests (``pooled``'s behaviour digests). The best-scored candidate wins, ties going to
-    the later one; without scores, the last.
+    tests (``pooled``'s behaviour digests; where none of them wrote a test that runs,
+    nothing shows that, and the earliest candidate stays). The best-scored candidate
+    wins, ties going to the later one; without scores, the last.
     """
     answers = _drafts(steps)
     if not answers:
@@ -394,6 +395,8 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
         # when it does the same on calls near those the tests make: a faster or clearer
         # refinement, not one that changed what no test asserts.
         first = behaviour[candidates[0]]  # None: its calls did not run, so none is like it
+        if pool is not None and pool[0] == 0:
+            first = None  # no test to run: nothing shows a later answer does the same
         candidates = [
             i
             for i in candidates
@@ -513,14 +516,10 @@ def render_history(job: Job, steps: Sequence[Step], upto: int) -> str:
     return "\n\n".join(parts) if parts else "(no earlier attempts)"
 
 
-def _afresh(steps: Sequence[Step], iteration: int) -> bool:
-    """Whether a second draft of refinement ``iteration`` is due (the step before it, a
-    first draft, was redrafted) and the checks found problems in the answer both drafts
-    refine: a job's ``refine_redraft`` starts afresh from those findings. (Without any, its
-    findings would be the critic's actions: the same messages are asked once more.)"""
-    if not steps or not is_redraft(steps[-1]):
-        return False
-    fb = _feedback_on(steps, iteration - 1)
+def _refines_failing(steps: Sequence[Step], base: int) -> bool:
+    """Whether the checks found problems in the answer of iteration ``base`` (as the
+    feedback on it records them): a job's ``refine_failing`` is asked instead of refine."""
+    fb = _feedback_on(steps, base)
     return fb is not None and any(f["source"] == "check" for f in fb.findings or ())
 
 
@@ -549,8 +548,8 @@ def build_messages(
             template = job.refine_prompt
             if steps and is_copy(steps[-1]) and job.copy_prompt:
                 template = job.copy_prompt
-            elif job.redraft_prompt and _afresh(steps, iteration):
-                template = job.redraft_prompt
+            elif job.failing_prompt and _refines_failing(steps, base):
+                template = job.failing_prompt
             prompt = render(template, values)
     messages = []
     if job.system_prompt:
@@ -600,16 +599,12 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
     again = bool(steps) and is_cut_retry(steps[-1])
     cut = again or (bool(steps) and _retry_cut_off(steps))
     # A copy's retry runs hotter, a second draft at its own temperature where the job sets
-    # one: a cut-off answer is asked again as its call was made.
+    # one; a cut-off answer is asked again as its call was made.
     before = steps[:-1] if again else steps
     temperature = job.temperature
     if before and is_copy(before[-1]):
         temperature = job.copy_temperature
-    elif (
-        job.redraft_temperature is not None
-        and (before and is_redraft(before[-1]))
-        and (job.redraft_prompt is None or _afresh(before, iteration))
-    ):
+    elif job.redraft_temperature is not None and before and is_redraft(before[-1]):
         temperature = job.redraft_temperature
     return Call(
         role=role,

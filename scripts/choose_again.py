@@ -153,7 +153,7 @@ SHOWN = {
 
 
 # The prompt a refinement answered: the refine prompt (an edit of the latest answer), the
-# copy guard's retry, or a second draft's (the same messages, or the job's refine_redraft)
+# copy guard's retry, or a second draft (the same messages once more)
 CALL_KINDS = ("edit", "copy retry", "second draft")
 
 

@@ -32,6 +32,7 @@ BASE = dataclasses.replace(  # without its own hooks, tests, copy guard and seco
     extract="code",
     retry_copy=False,
     redraft=False,
+    failing_prompt=None,
 )
 CHECKED = dataclasses.replace(BASE, checker=must_mention_total, score_threshold=None)
 
@@ -257,7 +258,7 @@ async def test_copy_step_is_not_an_iteration_in_outputs() -> None:
 REDRAFTING = load_job("code-improve")  # with its hooks: the answer's tests run in the sandbox
 CODE_IMPROVE = dataclasses.replace(REDRAFTING, redraft=False)  # one draft per refinement
 # redrafting from the same messages, at the job's temperature
-SAME_MESSAGES = dataclasses.replace(REDRAFTING, redraft_prompt=None, redraft_temperature=None)
+SAME_MESSAGES = dataclasses.replace(REDRAFTING, failing_prompt=None, redraft_temperature=None)
 
 
 def answer(code: str, tests: str) -> str:
@@ -429,7 +430,7 @@ async def test_text_answers_lose_their_preamble_and_notes_are_findings() -> None
 async def test_same_code_around_failing_tests_is_a_copy() -> None:
     """code-improve: a refinement that keeps the failing code and rewords its tests is
     retried at copy_temperature; one that corrects a wrong test (now passing) is not."""
-    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None)
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, failing_prompt=None)
     outcome, client = await loop(
         job,
         [
@@ -846,10 +847,11 @@ async def test_a_refinement_failing_its_checks_is_drafted_once_more_and_either_m
 
 
 @pytest.mark.anyio
-async def test_the_second_draft_starts_afresh_from_the_findings() -> None:
-    """code-improve's second draft asks refine_redraft, at redraft_temperature: the request
-    and the findings on the answer being refined, without that answer's code or the
-    critic's actions; resumed after the first draft, the same call is made."""
+async def test_failing_code_is_written_afresh_from_the_findings() -> None:
+    """code-improve refines code its checks found problems in from refine_failing: the
+    request and the findings, without the failing code or the critic's actions; its
+    second draft asks the same messages at redraft_temperature, and a run resumed after
+    the first draft makes that same call."""
     job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
     assert job.redraft_temperature is not None and job.redraft_temperature != job.temperature
     script = [
@@ -864,15 +866,14 @@ async def test_the_second_draft_starts_afresh_from_the_findings() -> None:
     outcome = await refine_record(RECORD, job, client, sink, Policy(1))
     assert client.script == [] and outcome.output == ADD
     assert outcome.steps[2].error is not None and outcome.steps[2].error["type"] == "redraft"
-    refine, redraft = client.messages[2][-1]["content"], client.messages[3][-1]["content"]
-    assert SUB in refine and "Rename the function." in refine
-    assert SUB not in redraft and "Rename the function." not in redraft
-    assert RECORD.fields["task"] in redraft
-    assert "Failing test `assert add(1, 2) == 3`" in redraft  # the findings on the input
-    assert "do not reuse the earlier code" in redraft
+    prompt = client.messages[2][-1]["content"]
+    assert client.messages[3] == client.messages[2]
+    assert SUB not in prompt and "Rename the function." not in prompt
+    assert RECORD.fields["task"] in prompt
+    assert "Failing test `assert add(1, 2) == 3`" in prompt  # the findings on the input
+    assert "do not reuse the earlier code" in prompt
     assert client.temperatures[2] == job.temperature
     assert client.temperatures[3] == job.redraft_temperature
-    # resumed from the steps saved up to the first draft: the same fresh call
     resumed = ScriptedClient([answer(ADD, "assert add(1, 2) == 3"), critic(done=True, score=9)])
     again = await refine_record(
         RECORD, job, resumed, RecordingSink(), Policy(1), prior=sink.steps[:3]
@@ -883,9 +884,10 @@ async def test_the_second_draft_starts_afresh_from_the_findings() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_second_draft_of_code_that_passed_its_checks_asks_the_same_messages() -> None:
-    """Where the checks found nothing in the answer being refined, there are no findings
-    to start afresh from: the second draft asks the first's messages, at its temperature."""
+async def test_code_that_passed_its_checks_is_edited() -> None:
+    """Where the checks found nothing in the answer being refined, the refine prompt edits
+    it with the critic's actions; an edit that breaks it is redrafted from the same
+    messages, hotter."""
     job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False)
     client = ScriptedClient(
         [
@@ -899,8 +901,29 @@ async def test_a_second_draft_of_code_that_passed_its_checks_asks_the_same_messa
     outcome = await refine_record(RECORD, job, client, RecordingSink(), Policy(1))
     assert client.script == [] and outcome.steps[2].error is not None
     assert outcome.steps[2].error["type"] == "redraft"
+    prompt = client.messages[2][-1]["content"]
+    assert ADD in prompt and "Add a docstring." in prompt
     assert client.messages[3] == client.messages[2]
-    assert client.temperatures[3] == client.temperatures[2] == job.temperature
+    assert client.temperatures[2] == job.temperature
+    assert client.temperatures[3] == job.redraft_temperature
+
+
+@pytest.mark.anyio
+async def test_without_a_test_that_runs_a_later_answer_does_not_replace_the_draft() -> None:
+    """Where no answer carries a test that runs (here every test passes strings as the
+    declared ints), nothing shows a refinement does what the draft did: the critic's
+    better score alone does not make it the output."""
+    record = Record("i", 1, {"id": "i", "task": "Write add(a: int, b: int) -> int."})
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None)
+    script = [
+        answer(ADD, "assert add('1', '2') == '12'"),
+        critic(done=False, score=3),
+        answer(SUB, "assert add('3', '2') == '32'"),
+        critic(done=False, score=9),
+    ]
+    outcome = await refine_record(record, job, ScriptedClient(script), RecordingSink(), Policy(1))
+    assert [(s.metrics or {}).get("tests_total") for s in outcome.steps[::2]] == [0, 0]
+    assert outcome.output == ADD and outcome.chosen_iteration == 0
 
 
 @pytest.mark.anyio

@@ -277,16 +277,9 @@ BROKEN = [
         id="refine-copy-unknown-placeholder",
     ),
     pytest.param(
-        edit("[feedback]\n", 'refine_redraft = "Anew: {{task}}, {{findings}}"\n\n[feedback]\n'),
-        "prompts.refine_redraft",
-        id="refine-redraft-without-redraft",
-    ),
-    pytest.param(
-        edit("[feedback]\n", 'refine_redraft = "Anew: {{code}}"\n\n[feedback]\n').replace(
-            "max_iters = 2", "max_iters = 2\nredraft = true"
-        ),
-        "prompts.refine_redraft",
-        id="refine-redraft-unknown-placeholder",
+        edit("[feedback]\n", 'refine_failing = "Anew: {{code}}"\n\n[feedback]\n'),
+        "prompts.refine_failing",
+        id="refine-failing-unknown-placeholder",
     ),
     pytest.param(
         edit("max_iters = 2", "max_iters = 2\nredraft_temperature = 1.0"),

@@ -29,6 +29,8 @@ from pipeline.testing.simulator import SimConfig, Simulator
 from tests.fakes import ScriptedClient
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
+ROOT = Path(__file__).resolve().parents[1]
+
 OUTPUT_FIELDS = {
     "id",
     "line",
@@ -91,20 +93,34 @@ def test_run_writes_one_output_and_trace_per_record(sim: Simulator, tmp_path: Pa
 
 
 def test_refine_prompts_carry_all_earlier_feedback(tmp_path: Path) -> None:
-    """Each refine prompt holds every earlier answer and every earlier feedback's actions."""
+    """Each refine prompt holds every earlier answer and every earlier feedback's actions
+    (code-improve without refine_failing, which writes failing code afresh: every
+    refinement an edit, but the copy guard's retries)."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
+    shipped = ROOT / "jobs" / "code-improve.toml"
+    text = shipped.read_text()
+    start = text.index("refine_failing = ")
+    end = text.index('"""', text.index('"""', start) + 3) + 3
+    hooks = (shipped.parent / "code_improve_hooks.py").as_posix()
+    text = (text[:start] + text[end:]).replace(
+        'file = "code_improve_hooks.py"', f'file = "{hooks}"'
+    )
+    job = tmp_path / "editing.toml"
+    job.write_text(text)
     with Simulator(SimConfig(p_done=0.0)) as sim:
-        go(sim, inp, tmp_path / "run", max_iters=3)
+        run(
+            str(job),
+            inp,
+            tmp_path / "run",
+            settings(sim, max_iters=3),
+            api_key="k",
+            show_progress=False,
+        )
     checked = 0
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         steps = trace["steps"]
-        # A copy guard's retry and a second draft ask the job's refine_copy and
-        # refine_redraft prompts (the findings, no history).
-        retries = {
-            id(b)
-            for a, b in itertools.pairwise(steps)
-            if is_copy(Step.from_dict(a)) or is_redraft(Step.from_dict(a))
-        }
+        # A copy guard's retry asks the job's refine_copy prompt (the findings, no history).
+        retries = {id(b) for a, b in itertools.pairwise(steps) if is_copy(Step.from_dict(a))}
         for r in (s for s in steps if s["role"] == "refine" and id(s) not in retries):
             checked += r["iteration"] - 1
             prompt = r["messages"][-1]["content"]
