@@ -14,8 +14,9 @@ ran into max_tokens (and how many attempts cut off there were asked again), the 
 drafts, the distinct tests contradicting the request's signature or its examples, and
 how many answers get all the request's examples right (and how many of those, and of the
 others, pass the hidden tests), and how often a refinement of code failing the hidden
-tests passes them, by the prompt it answered (the refine prompt's edit, the copy guard's
-retry, a second draft); given several runs, the totals over all of them.
+tests passes them, by the prompt it answered (an edit showing that code, a fresh start
+from the findings without it, the copy guard's retry); given several runs, the totals
+over all of them.
 
 With ``--recheck``, every answer is first checked again by this checkout's hooks (its
 tests split and run as this checkout would, its findings and pooled tests with them):
@@ -152,28 +153,30 @@ SHOWN = {
 }
 
 
-# The prompt a refinement answered: the refine prompt (an edit of the latest answer), the
-# copy guard's retry, or a second draft (the same messages once more)
-CALL_KINDS = ("edit", "copy retry", "second draft")
+# The prompt a refinement answered: one showing the code it refines (the refine prompt's
+# edit), the copy guard's retry, or a fresh start from the findings without that code
+# (a job's refine_failing); a second draft answered its first draft's prompt
+CALL_KINDS = ("edit", "fresh start", "copy retry")
 
 
-def call_kind(steps: Sequence[Step], i: int) -> str:
-    """Which of CALL_KINDS the refinement ``steps[i]`` answered (a cut-off answer asked
-    once more answers the prompt of the attempt it repeats)."""
+def call_kind(steps: Sequence[Step], i: int, refined: Step) -> str:
+    """Which of CALL_KINDS the refinement ``steps[i]`` of the answer ``refined`` answered
+    (a cut-off answer asked once more answers the prompt of the attempt it repeats)."""
     j = i - 1
     while j >= 0 and is_cut_retry(steps[j]):
         j -= 1
     if j >= 0 and is_copy(steps[j]):
         return "copy retry"
-    if j >= 0 and is_redraft(steps[j]):
-        return "second draft"
-    return "edit"
+    code = split(refined.output or "")[0].strip()
+    prompt = steps[i].messages[-1]["content"] if steps[i].messages else ""
+    return "edit" if code and code in prompt else "fresh start"
 
 
 def fixes(steps: Sequence[Step], passes: Callable[[int], bool]) -> dict[str, tuple[int, int]]:
     """By CALL_KINDS: of the refinements whose input (the iteration before's answer) fails
     the hidden tests (``passes`` by place in ``steps``), how many pass them, and how many
-    there are. A cut-off attempt asked again is left out; a copy counts, as an edit."""
+    there are. A cut-off attempt asked again is left out; a copy counts as a try of the
+    prompt it answered."""
     answer_at = {s.iteration: i for i, s in enumerate(steps) if is_answer(s)}
     tally = dict.fromkeys(CALL_KINDS, (0, 0))
     for i, step in enumerate(steps):
@@ -182,7 +185,7 @@ def fixes(steps: Sequence[Step], passes: Callable[[int], bool]) -> dict[str, tup
         before = answer_at.get(step.iteration - 1)
         if before is None or passes(before):
             continue
-        kind = call_kind(steps, i)
+        kind = call_kind(steps, i, steps[before])
         right, tried = tally[kind]
         tally[kind] = (right + passes(i), tried + 1)
     return tally

@@ -158,11 +158,11 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
         "second drafts: 1 (0 right where the first was not, 1 wrong where it was right); "
         "1 distinct tests against the request's signature, 1 against its examples; 1 answers "
         "right on all the request's examples (1 of them pass the hidden tests; 0 answers "
-        "wrong on one pass them); refinements of failing code right, by prompt: edit 1/1, "
-        "copy retry 0/0, second draft 0/1"
+        "wrong on one pass them); refinements of failing code right, by prompt: edit 0/0, "
+        "fresh start 1/2, copy retry 0/0"
     )
-    # both refinements start from the failing draft: the edit is right, the second draft not
-    assert fixed == {"edit": (1, 1), "copy retry": (0, 0), "second draft": (0, 1)}
+    # both drafts start afresh from the failing draft's findings: the first right
+    assert fixed == {"edit": (0, 0), "fresh start": (1, 2), "copy retry": (0, 0)}
     assert n == 1
     assert [
         tallies[rule].passed for rule in ("first", "output", "again", "no_examples", "best")
@@ -171,34 +171,36 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
 
 
 def test_refinements_of_failing_code_are_told_apart_by_the_prompt_they_answered() -> None:
-    """A copy counts as an edit; the copy guard's retry and a second draft are their own
-    kinds; a cut-off attempt asked again is counted once, as the kind it repeats; a
+    """An edit shows the code it refines, a fresh start does not, the copy guard's retry
+    follows a copy (which counts as a try of its own prompt); a cut-off attempt asked
+    again is counted once, as the kind it repeats; a second draft as its first; a
     refinement of code that passed is no refinement of failing code."""
     script = choose_again_script()
 
-    def step(role: str, t: int, error: str | None = None) -> Step:
+    def step(role: str, t: int, error: str | None = None, prompt: str = "") -> Step:
         kind = {"type": error} if error else None
-        return Step(role, t, [], "", None, {}, 0.0, 1, error=kind, output="x")
+        messages = [{"role": "user", "content": prompt}]
+        return Step(role, t, messages, "", None, {}, 0.0, 1, error=kind, output=f"v{t}")
 
     steps = [
         step("generate", 0),  # 0: fails
         step("feedback", 0),
-        step("refine", 1, "copy"),  # 2: an edit that copied its input
-        step("refine", 1, "cut_off"),  # 3: the copy retry, cut off: asked again
-        step("refine", 1),  # 4: the copy retry, right
+        step("refine", 1, "copy", "edit v0"),  # 2: an edit that copied its input
+        step("refine", 1, "cut_off", "anew"),  # 3: the copy retry, cut off: asked again
+        step("refine", 1, None, "anew"),  # 4: the copy retry, right
         step("feedback", 1),
-        step("refine", 2, "redraft"),  # 6: an edit of right code: not counted
-        step("refine", 2),  # 7: its second draft
+        step("refine", 2, "redraft", "anew"),  # 6: a fresh start
+        step("refine", 2, None, "anew"),  # 7: its second draft
     ]
-    right = {4}
+    right = {4}  # the iteration-1 answer passes: iteration 2 refines no failing code
     assert script.fixes(steps, lambda i: i in right) == {
         "edit": (0, 1),
+        "fresh start": (0, 0),
         "copy retry": (1, 1),
-        "second draft": (0, 0),
     }
-    right = set()  # the iteration-1 answer fails too: iteration 2's drafts count
+    right = {7}
     assert script.fixes(steps, lambda i: i in right) == {
-        "edit": (0, 2),
+        "edit": (0, 1),
+        "fresh start": (1, 2),
         "copy retry": (0, 1),
-        "second draft": (0, 1),
     }
