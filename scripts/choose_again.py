@@ -198,6 +198,11 @@ def _passing(known: dict[int, bool], steps: Sequence[Step], tests: list[str], i:
     return known[i]
 
 
+def _add_fixes(into: dict[str, tuple[int, int]], tally: Mapping[str, tuple[int, int]]) -> None:
+    for kind, (right, tried) in tally.items():
+        into[kind] = (into[kind][0] + right, into[kind][1] + tried)
+
+
 def _fixes_text(tally: Mapping[str, tuple[int, int]]) -> str:
     return ", ".join(f"{kind} {right}/{tried}" for kind, (right, tried) in tally.items())
 
@@ -240,11 +245,7 @@ def report(
             if is_draft(s)
         }
         first = passes[min(passes)]
-
-        for kind, (right, tried) in fixes(
-            steps, partial(_passing, dict(passes), steps, hidden[rid])
-        ).items():
-            fixed[kind] = (fixed[kind][0] + right, fixed[kind][1] + tried)
+        _add_fixes(fixed, fixes(steps, partial(_passing, dict(passes), steps, hidden[rid])))
         for i in (i for i, s in enumerate(steps) if is_redraft(s)):
             redrafts += 1
             second = next(
@@ -315,8 +316,7 @@ def main() -> None:
         text, tallies, n, run_fixed = report(Path(arg), hidden, recheck)
         print(text, flush=True)
         records += n
-        for kind, (right, tried) in run_fixed.items():
-            fixed[kind] = (fixed[kind][0] + right, fixed[kind][1] + tried)
+        _add_fixes(fixed, run_fixed)
         for rule in RULES:
             totals[rule].merge(tallies[rule])
     if len(runs) > 1:
