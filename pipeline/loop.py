@@ -516,13 +516,6 @@ def render_history(job: Job, steps: Sequence[Step], upto: int) -> str:
     return "\n\n".join(parts) if parts else "(no earlier attempts)"
 
 
-def _refines_failing(steps: Sequence[Step], base: int) -> bool:
-    """Whether the checks found problems in the answer of iteration ``base`` (as the
-    feedback on it records them): a job's ``refine_failing`` is asked instead of refine."""
-    fb = _feedback_on(steps, base)
-    return fb is not None and any(f["source"] == "check" for f in fb.findings or ())
-
-
 def build_messages(
     job: Job, record: Record, role: Role, iteration: int, steps: Sequence[Step]
 ) -> list[dict[str, str]]:
@@ -548,8 +541,8 @@ def build_messages(
             template = job.refine_prompt
             if steps and is_copy(steps[-1]) and job.copy_prompt:
                 template = job.copy_prompt
-            elif job.failing_prompt and _refines_failing(steps, base):
-                template = job.failing_prompt
+            elif job.failing_prompt and answers[base].checks:
+                template = job.failing_prompt  # the checks found problems in the answer
             prompt = render(template, values)
     messages = []
     if job.system_prompt:
