@@ -5,7 +5,7 @@ answers and feedback of an assumed length, for three scenarios —
 
     low        the critic accepts the first answer; answers a quarter of max_tokens
     expected   half the iteration budget is used; answers half of max_tokens
-    high       every loop runs its whole budget (every refinement drafted twice where the
+    high       every loop runs its whole budget (every refinement drafted as often as the
                job redrafts, and a copy retried at every step where it retries copies),
                every answer max_tokens long: pessimistic, though
                a call cut off at max_tokens and asked once more is counted once
@@ -127,8 +127,8 @@ def _calls(job: Job, max_iters: int, scenario: Scenario) -> list[tuple[Role, int
     for t in range(k):
         calls.append(("feedback", t))
         calls.append(("refine", t + 1))
-        if scenario.copies and job.redraft:
-            calls.append(("refine", t + 1))
+        if scenario.copies:
+            calls.extend([("refine", t + 1)] * job.redraft)
         if scenario.copies and job.retry_copy:
             calls.append(("refine", t + 1))
     if max_iters > 0 and (k < max_iters or job.scored):

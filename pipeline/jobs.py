@@ -59,9 +59,11 @@ A job is a TOML file::
     [prompts] refine_copy (same placeholders as refine) that retry asks it instead, for
     example without the answer it copied. [stop] redraft = true: a refinement its checks
     still find problems in is drafted once more from the same messages (at the job's
-    temperature, or at redraft_temperature where set; at most one extra answer call per
-    iteration); both drafts run the tests pooled for the choice and either may be the
-    chosen answer, the second is the iteration's answer the critic sees. [prompts]
+    temperature, or at redraft_temperature where set); redraft = N drafts it again while
+    its checks still find problems, at most N more times (true is 1), less any copy or
+    cut-off answer of that iteration already asked again; every draft runs the tests
+    pooled for the choice and any may be the chosen answer, the last is the iteration's
+    answer the critic sees. [prompts]
     refine_failing is asked instead of refine where the checks found problems in the
     answer being refined: for example a fresh start from those findings, without the
     code that failed them or the critic's actions.
@@ -174,8 +176,9 @@ class Job:
     retry_copy: bool = False
     copy_temperature: float = 1.0
     copy_prompt: str | None = None  # the copy guard's retry asks this instead of refine
-    redraft: bool = False  # a refinement its checks find problems in is drafted once more
-    redraft_temperature: float | None = None  # the second draft's; None: the job's temperature
+    # a refinement its checks find problems in is drafted again, at most this many times
+    redraft: int = 0
+    redraft_temperature: float | None = None  # the later drafts'; None: the job's temperature
     # asked instead of refine_prompt where the checks found problems in the answer refined
     failing_prompt: str | None = None
     score_from: tuple[str, ...] = ()  # rating fields whose sum replaces the critic's own score
@@ -346,7 +349,9 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
     retry_copy = r.get("stop.retry_copy", bool, False)
     copy_temperature = float(r.get("stop.copy_temperature", (int, float), 1.0))
     copy_prompt = r.get("prompts.refine_copy", str, None)
-    redraft = r.get("stop.redraft", bool, False)
+    redraft = int(r.get("stop.redraft", (bool, int), False))  # true: once
+    if redraft < 0:
+        raise JobError(src, "stop.redraft", "must be true, false or a count >= 0")
     if copy_prompt is not None:
         _check_placeholders(
             src, "prompts.refine_copy", copy_prompt, input_names | set(LOOP_VARIABLES)
@@ -360,7 +365,7 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         )
     redraft_temperature = r.get("stop.redraft_temperature", (int, float), None)
     if redraft_temperature is not None and not redraft:
-        raise JobError(src, "stop.redraft_temperature", "needs [stop] redraft = true")
+        raise JobError(src, "stop.redraft_temperature", "needs [stop] redraft = true (or a count)")
 
     digest = hashlib.sha256(raw)
     hooks: dict[str, Any] = {"evaluate": None, "check": None}

@@ -307,7 +307,7 @@ def plan(
     if is_copy(last):
         return ("refine", t)  # the copy guard's one retry, at a higher temperature
     if is_redraft(last):
-        return ("refine", t)  # the same messages once more: a second draft
+        return ("refine", t)  # the same messages once more: another draft
     if _retry_cut_off(steps):
         return ("feedback", t)  # one retry, with a repetition penalty
     if last.role == "feedback":
@@ -591,7 +591,7 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
     role, iteration = nxt
     again = bool(steps) and is_cut_retry(steps[-1])
     cut = again or (bool(steps) and _retry_cut_off(steps))
-    # A copy's retry runs hotter, a second draft at its own temperature where the job sets
+    # A copy's retry runs hotter, a later draft at its own temperature where the job sets
     # one; a cut-off answer is asked again as its call was made.
     before = steps[:-1] if again else steps
     temperature = job.temperature
@@ -715,7 +715,7 @@ async def make_step(
             and role == "refine"
             and found
             and error is None
-            and not any(is_retried(s) and s.iteration == iteration for s in steps)
+            and sum(is_retried(s) and s.iteration == iteration for s in steps) < job.redraft
         ):
             error = {
                 "type": REDRAFT,

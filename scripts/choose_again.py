@@ -5,18 +5,19 @@ Choosing a record's output makes no model call, so ``choose`` over a run's trace
 exactly what this checkout would have written for the same answers (the pooled tests a run
 made before they were recorded are run here, as the loop now runs them). For each RUN_DIR
 (from ``scripts/quality.py --tasks code --work DIR``) prints the hidden tests passed at
-iteration 0, by the run's own output, by the output chosen again, chosen again without
-the request's stated examples (the same steps without their metric), by the previous rule
-(the same steps without the pooled-tests metric) and by the best answer of each record
-(what a reader knowing the hidden tests would pick), the requests gained and lost against
-iteration 0, the calls (copy retries among them) and tokens it used, how many answers
-ran into max_tokens (and how many attempts cut off there were asked again), the second
-drafts, the distinct tests contradicting the request's signature or its examples, and
-how many answers get all the request's examples right (and how many of those, and of the
-others, pass the hidden tests), and how often a refinement of code failing the hidden
-tests passes them, by the prompt it answered (an edit showing that code, a fresh start
-from the findings without it, the copy guard's retry); given several runs, the totals
-over all of them.
+iteration 0, by the run's own output, by the output chosen again, chosen again without the
+request's stated examples (the same steps without their metric), by the previous rule (the
+same steps without the pooled-tests metric) and by the best answer of each record (what a
+reader knowing the hidden tests would pick), the requests gained and lost against
+iteration 0, the calls (copy retries among them) and tokens it used, how many answers ran
+into max_tokens (and how many attempts cut off there were asked again), the later drafts
+of refinements drafted again (how many were right where every earlier draft of their
+iteration was wrong, how many wrong where the one before was right), the distinct tests
+contradicting the request's signature or its examples, and how many answers get all the
+request's examples right (and how many of those, and of the others, pass the hidden
+tests), and how often a refinement of code failing the hidden tests passes them, by the
+prompt it answered (an edit showing that code, a fresh start from the findings without it,
+the copy guard's retry); given several runs, the totals over all of them.
 
 With ``--recheck``, every answer is first checked again by this checkout's hooks (its
 tests split and run as this checkout would, its findings and pooled tests with them):
@@ -153,6 +154,52 @@ SHOWN = {
 }
 
 
+@dataclass
+class Drafts:
+    """The later drafts of refinements drafted again (``is_redraft``), by their place among
+    their iteration's drafts (2: the second): how many were made, how many passed the hidden
+    tests where every earlier draft of their iteration failed them, and how many failed
+    them where the draft before passed."""
+
+    made: dict[int, int] = field(default_factory=dict)
+    righted: dict[int, int] = field(default_factory=dict)
+    wronged: int = 0
+
+    def add(self, steps: Sequence[Step], passes: Mapping[int, bool]) -> None:
+        """One record's steps; ``passes``: whether each draft (by its index) passes."""
+        for t in {steps[i].iteration for i in passes if is_redraft(steps[i])}:
+            drafts = sorted(
+                i for i in passes if steps[i].iteration == t and steps[i].role == "refine"
+            )
+            for k in range(1, len(drafts)):
+                place, now = k + 1, passes[drafts[k]]
+                self.made[place] = self.made.get(place, 0) + 1
+                if now and not any(passes[d] for d in drafts[:k]):
+                    self.righted[place] = self.righted.get(place, 0) + 1
+                self.wronged += passes[drafts[k - 1]] and not now
+
+    def merge(self, other: Drafts) -> None:
+        for place, n in other.made.items():
+            self.made[place] = self.made.get(place, 0) + n
+        for place, n in other.righted.items():
+            self.righted[place] = self.righted.get(place, 0) + n
+        self.wronged += other.wronged
+
+    def text(self) -> str:
+        places = sorted(self.made)
+        made = ", ".join(f"{_ORDINAL.get(p, f'{p}th')} {self.made[p]}" for p in places)
+        righted = ", ".join(f"{_ORDINAL.get(p, f'{p}th')} {self.righted.get(p, 0)}" for p in places)
+        return (
+            f"later drafts: {sum(self.made.values())}"
+            + (f" ({made})" if made else "")
+            + f"; right where every earlier draft of their iteration was wrong: {righted or 0}"
+            + f"; wrong where the draft before was right: {self.wronged}"
+        )
+
+
+_ORDINAL = {2: "second", 3: "third"}
+
+
 # The prompt a refinement answered: one showing the code it refines (the refine prompt's
 # edit), the copy guard's retry, or a fresh start from the findings without that code
 # (a job's refine_failing); a second draft answered its first draft's prompt
@@ -209,8 +256,9 @@ def _fixes_text(tally: Mapping[str, tuple[int, int]]) -> str:
 
 def report(
     run_dir: Path, hidden: dict[str, list[str]], recheck: bool = False
-) -> tuple[str, dict[str, Tally], int, dict[str, tuple[int, int]]]:
-    """The run's line, and its tallies by way of choosing (see RULES)."""
+) -> tuple[str, dict[str, Tally], int, dict[str, tuple[int, int]], Drafts]:
+    """The run's line, its tallies by way of choosing (see RULES), its number of records,
+    its refinements of failing code by prompt (right, tried) and its later drafts."""
     job = load_job("code-improve")
     outputs = {
         row["id"]: row
@@ -219,7 +267,7 @@ def report(
     requests = {row["id"]: row for row in map(orjson.loads, SUITE.read_bytes().splitlines())}
     tallies = {rule: Tally() for rule in RULES}
     calls = copies = tokens = answers = cut_off = asked_again = 0
-    redrafts = righted = wronged = 0  # second drafts; right where the first was not, or wrong
+    drafted = Drafts()
     against: set[tuple[str, str]] = set()  # tests contradicting the request's signature
     against_examples: set[tuple[str, str]] = set()  # ... or an example it states
     right_on_examples = [0, 0, 0]  # answers right on every example; those passing; others passing
@@ -246,14 +294,7 @@ def report(
         }
         first = passes[min(passes)]
         _add_fixes(fixed, fixes(steps, partial(_passing, dict(passes), steps, hidden[rid])))
-        for i in (i for i, s in enumerate(steps) if is_redraft(s)):
-            redrafts += 1
-            second = next(
-                (j for j in passes if j > i and steps[j].iteration == steps[i].iteration), None
-            )
-            if second is not None:
-                righted += passes[second] and not passes[i]
-                wronged += passes[i] and not passes[second]
+        drafted.add(steps, passes)
         asked = terms(requests[rid])
         units = [(i, unit) for i in passes for unit in split_tests(split(steps[i].output or "")[1])]
         against |= {
@@ -292,14 +333,13 @@ def report(
         f"{calls} calls ({copies} copy retries), {tokens:,} tokens; "
         f"{cut_off} of {answers} answers cut off at max_tokens"
         + (f" ({asked_again} more cut off and asked again)" if asked_again else "")
-        + f"; second drafts: {redrafts} ({righted} right where the first was not, {wronged} "
-        f"wrong where it was right); {len(against)} distinct tests against the request's "
+        + f"; {drafted.text()}; {len(against)} distinct tests against the request's "
         f"signature, {len(against_examples)} against its examples; {right_on_examples[0]} "
         f"answers right on all the request's examples ({right_on_examples[1]} of them pass the "
         f"hidden tests; {right_on_examples[2]} answers wrong on one pass them); refinements "
         f"of failing code right, by prompt: {_fixes_text(fixed)}"
     )
-    return text, tallies, n, fixed
+    return text, tallies, n, fixed, drafted
 
 
 def main() -> None:
@@ -310,13 +350,15 @@ def main() -> None:
     totals = {rule: Tally() for rule in RULES}
     records = 0
     fixed = dict.fromkeys(CALL_KINDS, (0, 0))
+    drafted = Drafts()
     recheck = "--recheck" in sys.argv[1:]
     runs = [arg for arg in sys.argv[1:] if arg != "--recheck"]
     for arg in runs:
-        text, tallies, n, run_fixed = report(Path(arg), hidden, recheck)
+        text, tallies, n, run_fixed, run_drafted = report(Path(arg), hidden, recheck)
         print(text, flush=True)
         records += n
         _add_fixes(fixed, run_fixed)
+        drafted.merge(run_drafted)
         for rule in RULES:
             totals[rule].merge(tallies[rule])
     if len(runs) > 1:
@@ -325,6 +367,7 @@ def main() -> None:
             print(f"  {SHOWN[rule]}: {totals[rule].text(records, named=False)}")
         print(f"  (iteration 0: {totals['first'].passed}/{records})")
         print(f"  refinements of failing code right, by prompt: {_fixes_text(fixed)}")
+        print(f"  {drafted.text()}")
 
 
 if __name__ == "__main__":

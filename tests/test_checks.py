@@ -31,7 +31,7 @@ BASE = dataclasses.replace(  # without its own hooks, tests, copy guard and seco
     evaluator=None,
     extract="code",
     retry_copy=False,
-    redraft=False,
+    redraft=0,
     failing_prompt=None,
 )
 CHECKED = dataclasses.replace(BASE, checker=must_mention_total, score_threshold=None)
@@ -256,7 +256,7 @@ async def test_copy_step_is_not_an_iteration_in_outputs() -> None:
 # -- answers that carry their own tests (code-improve) ------------------------------------------
 
 REDRAFTING = load_job("code-improve")  # with its hooks: the answer's tests run in the sandbox
-CODE_IMPROVE = dataclasses.replace(REDRAFTING, redraft=False)  # one draft per refinement
+CODE_IMPROVE = dataclasses.replace(REDRAFTING, redraft=0)  # one draft per refinement
 # redrafting from the same messages, at the job's temperature
 SAME_MESSAGES = dataclasses.replace(REDRAFTING, failing_prompt=None, redraft_temperature=None)
 
@@ -817,7 +817,7 @@ async def test_a_refinement_failing_its_checks_is_drafted_once_more_and_either_m
     """A refinement whose own test fails is drafted again from the same messages at the
     job's temperature; the second draft is the iteration's answer the critic reviews, the
     first stays a candidate and, passing more of the pooled tests, is the output."""
-    job = dataclasses.replace(SAME_MESSAGES, score_threshold=None, retry_copy=False)
+    job = dataclasses.replace(SAME_MESSAGES, score_threshold=None, retry_copy=False, redraft=1)
     client = ScriptedClient(
         [
             answer(SUB, "assert add(1, 2) == 3"),
@@ -844,6 +844,45 @@ async def test_a_refinement_failing_its_checks_is_drafted_once_more_and_either_m
     assert line["metrics"]["tests_passed"] == 1  # the chosen draft's own metrics
     assert [m["tests_passed"] for m in line["metrics_by_iteration"]] == [0, 1]
     assert line["iterations"] == 1 and len(line["scores"]) == 2
+
+
+@pytest.mark.anyio
+async def test_a_redraft_count_bounds_the_drafts_of_a_failing_refinement() -> None:
+    """redraft = 2: a refinement drafted again while its checks find problems, at most
+    twice more (three drafts, the later two at redraft_temperature); the last is the
+    iteration's answer whatever its checks say, the earlier ones stay candidates, and a
+    run resumed after the second draft makes the third call, not a fourth."""
+    job = dataclasses.replace(REDRAFTING, score_threshold=None, retry_copy=False, redraft=2)
+    assert job.redraft_temperature is not None and job.redraft_temperature != job.temperature
+    failing = [answer(SUB + f"  # draft {n}", "assert add(1, 2) == 3") for n in range(4)]
+    script = [
+        answer(SUB, "assert add(1, 2) == 3"),
+        critic(done=False, score=3),
+        *failing[:3],  # every draft of the refinement fails its test
+        critic(done=False, score=4),
+    ]
+    sink = RecordingSink()
+    client = ScriptedClient(script)
+    outcome = await refine_record(RECORD, job, client, sink, Policy(1))
+    assert client.script == []  # three drafts, then the critic: no fourth draft
+    drafts = outcome.steps[2:5]
+    assert [d.role for d in drafts] == ["refine"] * 3 and all(d.checks for d in drafts)
+    assert [(d.error or {}).get("type") for d in drafts] == ["redraft", "redraft", None]
+    assert client.messages[2] == client.messages[3] == client.messages[4]
+    assert client.temperatures[2:5] == [job.temperature, *[job.redraft_temperature] * 2]
+    assert "draft 2" in client.messages[5][-1]["content"]  # the critic reviews the last
+    # A draft that passes its checks ends the drafting: the second one here.
+    passing = ScriptedClient(
+        [*script[:3], answer(ADD, "assert add(1, 2) == 3"), critic(done=True, score=9)]
+    )
+    won = await refine_record(RECORD, job, passing, RecordingSink(), Policy(1))
+    assert passing.script == [] and won.output == ADD and len(won.steps) == 5
+    resumed = ScriptedClient([failing[3], critic(done=False, score=4)])
+    again = await refine_record(
+        RECORD, job, resumed, RecordingSink(), Policy(1), prior=sink.steps[:4]
+    )
+    assert resumed.script == [] and resumed.messages[0] == client.messages[4]
+    assert [(s.error or {}).get("type") for s in again.steps[2:5]] == ["redraft", "redraft", None]
 
 
 @pytest.mark.anyio

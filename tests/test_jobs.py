@@ -154,6 +154,17 @@ def test_defaults_apply_when_optional_tables_are_absent(tmp_path: Path) -> None:
     assert (job.temperature, job.max_tokens, job.extract) == (0.7, 1024, "text")
 
 
+@pytest.mark.parametrize(("value", "count"), [("true", 1), ("false", 0), ("3", 3)])
+def test_redraft_is_a_switch_or_a_count(tmp_path: Path, value: str, count: int) -> None:
+    """[stop] redraft = true drafts a failing refinement once more; a number, that many
+    times at most; absent, never."""
+    job = load_job(
+        str(write_job(tmp_path, edit("max_iters = 2", f"max_iters = 2\nredraft = {value}")))
+    )
+    assert job.redraft == count
+    assert load_job(str(write_job(tmp_path, BASE))).redraft == 0
+
+
 def test_schema_may_be_a_json_string(tmp_path: Path) -> None:
     """feedback.schema given as a JSON string is parsed like the TOML table."""
     job = load_job(str(write_job(tmp_path, with_schema(SCHEMA_JSON))))
@@ -285,6 +296,14 @@ BROKEN = [
         edit("max_iters = 2", "max_iters = 2\nredraft_temperature = 1.0"),
         "stop.redraft_temperature",
         id="redraft-temperature-without-redraft",
+    ),
+    pytest.param(
+        edit("max_iters = 2", "max_iters = 2\nredraft = -1"), "stop.redraft", id="redraft-negative"
+    ),
+    pytest.param(
+        edit("max_iters = 2", 'max_iters = 2\nredraft = "twice"'),
+        "stop.redraft",
+        id="redraft-not-a-count",
     ),
 ]
 

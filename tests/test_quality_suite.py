@@ -126,7 +126,7 @@ def fenced(code: str, tests: str) -> str:
 @pytest.mark.anyio
 @pytest.mark.parametrize("recheck", [False, True])
 async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, recheck: bool) -> None:
-    """On a run whose output is a first draft (the right code, drafted once more), the
+    """On a run whose output is a first draft (the right code, drafted twice more), the
     script's choice, like the run's, is that draft: iteration 0 fails the hidden tests,
     the output and the choice pass them, gained against iteration 0."""
     wrong = "def run_length_encode(s):\n    return [(c, 1) for c in s]"
@@ -139,6 +139,7 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
             fenced(SOLUTIONS["rle"], right + "\nassert run_length_encode('') == [('x', 1)]"),
             # the second draft: wrong again, with a test expecting lists, not tuples
             fenced(wrong, right + "\nassert run_length_encode('ab') == [['a', 1], ['b', 1]]"),
+            fenced(wrong + "  # the third draft: wrong too", right),
             critic.format(9),
         ]
     )
@@ -150,24 +151,54 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
     run_dir.mkdir()
     (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
     (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
-    text, tallies, n, fixed = choose_again_script().report(run_dir, HIDDEN, recheck)
-    # the first draft right, the second wrong; one test against the request's signature,
-    # one against its example ("the empty string gives []"); the right draft alone gets
-    # both of the request's examples right
+    text, tallies, n, fixed, _ = choose_again_script().report(run_dir, HIDDEN, recheck)
+    # the first draft right, the second and third wrong; one test against the request's
+    # signature, one against its example ("the empty string gives []"); the right draft
+    # alone gets both of the request's examples right
     assert text.endswith(
-        "second drafts: 1 (0 right where the first was not, 1 wrong where it was right); "
+        "later drafts: 2 (second 1, third 1); right where every earlier draft of their "
+        "iteration was wrong: second 0, third 0; wrong where the draft before was right: 1; "
         "1 distinct tests against the request's signature, 1 against its examples; 1 answers "
         "right on all the request's examples (1 of them pass the hidden tests; 0 answers "
         "wrong on one pass them); refinements of failing code right, by prompt: edit 0/0, "
-        "fresh start 1/2, copy retry 0/0"
+        "fresh start 1/3, copy retry 0/0"
     )
-    # both drafts start afresh from the failing draft's findings: the first right
-    assert fixed == {"edit": (0, 0), "fresh start": (1, 2), "copy retry": (0, 0)}
+    # the three drafts start afresh from the failing draft's findings: the first right
+    assert fixed == {"edit": (0, 0), "fresh start": (1, 3), "copy retry": (0, 0)}
     assert n == 1
     assert [
         tallies[rule].passed for rule in ("first", "output", "again", "no_examples", "best")
     ] == [0, 1, 1, 1, 1]
     assert tallies["again"].gained == ["rle"] and tallies["again"].lost == []
+
+
+def test_later_drafts_are_counted_by_their_place_among_their_iterations_drafts() -> None:
+    """A third draft right where the two before it were wrong is a third draft righted; a
+    second draft wrong after a right first is one wronged; iterations not drafted again
+    and the first answer are no later drafts."""
+
+    def step(role: Any, iteration: int, redraft: bool = False) -> Step:
+        error = {"type": "redraft", "message": "drafted once more"} if redraft else None
+        return Step(role, iteration, [], "x", None, {}, 0.0, 1, error=error)
+
+    steps = [
+        step("generate", 0),
+        step("feedback", 0),
+        step("refine", 1, redraft=True),
+        step("refine", 1, redraft=True),
+        step("refine", 1),
+        step("feedback", 1),
+        step("refine", 2, redraft=True),
+        step("refine", 2),
+    ]
+    passes = {0: False, 2: False, 3: False, 4: True, 6: True, 7: False}
+    drafts = choose_again_script().Drafts()
+    drafts.add(steps, passes)
+    assert (drafts.made, drafts.righted, drafts.wronged) == ({2: 2, 3: 1}, {3: 1}, 1)
+    assert drafts.text() == (
+        "later drafts: 3 (second 2, third 1); right where every earlier draft of their "
+        "iteration was wrong: second 0, third 1; wrong where the draft before was right: 1"
+    )
 
 
 def test_refinements_of_failing_code_are_told_apart_by_the_prompt_they_answered() -> None:
