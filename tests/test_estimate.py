@@ -41,18 +41,19 @@ def test_calls_per_scenario_follow_the_loop(tmp_path: Path, max_iters: int) -> N
 
 
 def test_high_counts_every_redraft_and_a_copy_retry_per_refinement(tmp_path: Path) -> None:
-    """The shipped code-improve redrafts twice and retries copies: high counts a feedback,
-    the refinement, its two later drafts and a copy retry per iteration."""
+    """The shipped code-improve redrafts once and retries copies: high counts a feedback,
+    the refinement, its later draft and a copy retry per iteration; redrafted up to twice,
+    one call more per iteration."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
     job = load_job("code-improve")
-    assert job.redraft == 2 and job.retry_copy
+    assert job.redraft == 1 and job.retry_copy
     est = from_prompts(job, inp, Settings(max_iters=2), PriceBook(), MODELS)
-    assert est.scenarios["high"].calls == 10 * (1 + 2 * (1 + 1 + 2 + 1) + 1)
+    assert est.scenarios["high"].calls == 10 * (1 + 2 * (1 + 1 + 1 + 1) + 1)
     assert est.scenarios["low"].calls == 10 * 2
-    once = from_prompts(
-        dataclasses.replace(job, redraft=1), inp, Settings(max_iters=2), PriceBook(), MODELS
+    twice = from_prompts(
+        dataclasses.replace(job, redraft=2), inp, Settings(max_iters=2), PriceBook(), MODELS
     )
-    assert once.scenarios["high"].calls == 10 * (1 + 2 * (1 + 1 + 1 + 1) + 1)
+    assert twice.scenarios["high"].calls == 10 * (1 + 2 * (1 + 1 + 2 + 1) + 1)
 
 
 def test_scaled_to_the_input_from_its_first_records(tmp_path: Path) -> None:

@@ -144,7 +144,9 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
         ]
     )
     row = next(r for r in SUITE if r["id"] == "rle")
-    job = dataclasses.replace(load_job("code-improve"), score_threshold=None, retry_copy=False)
+    job = dataclasses.replace(
+        load_job("code-improve"), score_threshold=None, retry_copy=False, redraft=2
+    )
     outcome = await refine_record(Record("rle", 1, row), job, client, RecordingSink(), Policy(1))
     assert outcome.output == SOLUTIONS["rle"].strip() and outcome.chosen_iteration == 1
     run_dir = tmp_path / "run"
