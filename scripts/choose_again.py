@@ -202,7 +202,7 @@ _ORDINAL = {2: "second", 3: "third"}
 
 # The prompt a refinement answered: one showing the code it refines (the refine prompt's
 # edit), the copy guard's retry, or a fresh start from the findings without that code
-# (a job's refine_failing); a second draft answered its first draft's prompt
+# (a job's refine_failing); a later draft answered the prompt of the draft before it
 CALL_KINDS = ("edit", "fresh start", "copy retry")
 
 
