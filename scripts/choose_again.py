@@ -29,6 +29,7 @@ Usage: scripts/choose_again.py [--recheck] RUN_DIR [RUN_DIR ...]
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -161,8 +162,8 @@ class Drafts:
     tests where every earlier draft of their iteration failed them, and how many failed
     them where the draft before passed."""
 
-    made: dict[int, int] = field(default_factory=dict)
-    righted: dict[int, int] = field(default_factory=dict)
+    made: Counter[int] = field(default_factory=Counter)
+    righted: Counter[int] = field(default_factory=Counter)
     wronged: int = 0
 
     def add(self, steps: Sequence[Step], passes: Mapping[int, bool]) -> None:
@@ -173,22 +174,20 @@ class Drafts:
             )
             for k in range(1, len(drafts)):
                 place, now = k + 1, passes[drafts[k]]
-                self.made[place] = self.made.get(place, 0) + 1
+                self.made[place] += 1
                 if now and not any(passes[d] for d in drafts[:k]):
-                    self.righted[place] = self.righted.get(place, 0) + 1
+                    self.righted[place] += 1
                 self.wronged += passes[drafts[k - 1]] and not now
 
     def merge(self, other: Drafts) -> None:
-        for place, n in other.made.items():
-            self.made[place] = self.made.get(place, 0) + n
-        for place, n in other.righted.items():
-            self.righted[place] = self.righted.get(place, 0) + n
+        self.made.update(other.made)  # a Counter's update adds
+        self.righted.update(other.righted)
         self.wronged += other.wronged
 
     def text(self) -> str:
         places = sorted(self.made)
         made = ", ".join(f"{_ORDINAL.get(p, f'{p}th')} {self.made[p]}" for p in places)
-        righted = ", ".join(f"{_ORDINAL.get(p, f'{p}th')} {self.righted.get(p, 0)}" for p in places)
+        righted = ", ".join(f"{_ORDINAL.get(p, f'{p}th')} {self.righted[p]}" for p in places)
         return (
             f"later drafts: {sum(self.made.values())}"
             + (f" ({made})" if made else "")
