@@ -203,12 +203,13 @@ def _examples_failing(asked: answers.Terms, shown: TestsRun | None) -> list[str]
 
 
 def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[str]:
-    """A finding when the code, on the calls its tests make or small changes of them, does
-    what the request does not ask for: raises an error it does not name where it names the
+    """A finding when the code, on the calls its tests make, small changes of them or the
+    same with a character foreign to a string argument, does what the request does not
+    ask for: raises an error it does not name where it names the
     ones to raise (a ``KeyError`` from a dict lookup where the request asks for a
     ``ValueError`` on bad input), or changes an argument while returning a result (sorts
     the caller's list) where it does not ask for work in place."""
-    calls = answers.probe_calls([code], units)
+    calls = [*answers.probe_calls([code], units), *answers.foreign_calls([code], units)]
     results = run_calls(code, calls) or ()
     stray = [
         (call, effect)

@@ -20,7 +20,7 @@ import re
 import sys
 import textwrap
 import tokenize
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .examples import Example, contradicted, stated_examples
@@ -41,6 +41,7 @@ __all__ = [
     "extract",
     "extract_code",
     "extract_text",
+    "foreign_calls",
     "join",
     "meta_commentary",
     "must_raise",
@@ -652,29 +653,79 @@ def probe_calls(codes: Sequence[str], tests: Sequence[str], limit: int = PROBE_L
     their ``tests`` (the pooled tests) assert: every call of the codes' own functions in
     the tests, then each of them with one literal argument changed a little (see
     ``_variants``), at most ``limit``, each once."""
+    calls: list[str] = []
+    variants: list[str] = []
+    for node in _own_calls(codes, tests):
+        calls.append(ast.unparse(node))
+        for i, arg in enumerate(node.args):
+            variants.extend(_with_argument(node, i, _variants(arg)))
+    return list(dict.fromkeys(calls + variants))[:limit]
+
+
+def foreign_calls(
+    codes: Sequence[str], tests: Sequence[str], limit: int = PROBE_LIMIT
+) -> list[str]:
+    """The calls of the codes' own functions in ``tests`` with a character foreign to one
+    string argument added at its end: a ``#``, and a letter the string lacks (``"MCMXCIV"``
+    as ``"MCMXCIV#"`` and ``"MCMXCIVZ"``), at most ``limit``, each once. Code that looks
+    each character up in a table raises ``KeyError`` on them, where a request asks for
+    ``ValueError`` on a character it does not allow; no small change of the tests' own
+    strings (``_variants``) shows that. Only for finding such raises
+    (``stray_effect``): what code returns for such input is a behaviour no request
+    fixes, so these calls do not tell two codes apart."""
+    changed = [
+        call
+        for node in _own_calls(codes, tests)
+        for i, arg in enumerate(node.args)
+        for call in _with_argument(node, i, _foreign(arg))
+    ]
+    return list(dict.fromkeys(changed))[:limit]
+
+
+def _own_calls(codes: Sequence[str], tests: Sequence[str]) -> Iterator[ast.Call]:
+    """Every call in ``tests`` of a function the ``codes`` define, by name."""
     names: set[str] = set()
     for code in codes:
         tree = _parse(code)
         names |= _defined(tree) if tree is not None else set()
-    calls: list[str] = []
-    variants: list[str] = []
     for unit in tests:
         tree = _parse(unit)
         if tree is None:
             continue
         for node in ast.walk(tree):
-            if not (
+            if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
                 and node.func.id in names
             ):
-                continue
-            calls.append(ast.unparse(node))
-            for i, arg in enumerate(node.args):
-                for changed in _variants(arg):
-                    args = [*node.args[:i], changed, *node.args[i + 1 :]]
-                    variants.append(ast.unparse(ast.Call(node.func, args, node.keywords)))
-    return list(dict.fromkeys(calls + variants))[:limit]
+                yield node
+
+
+def _with_argument(call: ast.Call, i: int, values: list[ast.expr]) -> list[str]:
+    """``call`` with its ``i``-th positional argument as each of ``values``, as source."""
+    return [
+        ast.unparse(
+            ast.Call(call.func, [*call.args[:i], value, *call.args[i + 1 :]], call.keywords)
+        )
+        for value in values
+    ]
+
+
+_FOREIGN_LETTERS = "zqjxkw"
+
+
+def _foreign(arg: ast.expr) -> list[ast.expr]:
+    """A non-empty string literal with a ``#`` added at its end, and with a letter it lacks
+    (in either case) added, upper case where its letters are; nothing for anything else
+    (``foreign_calls``)."""
+    if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value):
+        return []
+    v = arg.value
+    values = [v + "#"] if "#" not in v else []
+    letter = next((c for c in _FOREIGN_LETTERS if c not in v.lower()), None)
+    if letter is not None:
+        values.append(v + (letter.upper() if v.isupper() else letter))
+    return [ast.Constant(x) for x in values]
 
 
 _ERROR_NAME = re.compile(r"\b[A-Z][A-Za-z0-9_]*(?:Error|Exception)\b")

@@ -191,15 +191,18 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
     fails before any test runs, passes none. A behaviour is a digest of what the code
     gave on every call of ``answers.probe_calls`` (equal digests: the same results on all
     of them), or None when the calls could not run; its stray count is how many of those
-    calls did what the request (its ``asked`` terms) does not ask for: raised an error it
-    does not name, changed an argument (``answers.stray_effect``; 0 when the calls did not
-    run).
+    calls, and of the same with a character foreign to a string argument
+    (``answers.foreign_calls``), did what the request (its ``asked`` terms) does not ask
+    for: raised an error it does not name, changed an argument (``answers.stray_effect``;
+    0 when the calls did not run).
     """
     asked = asked or artifacts.Terms()
     pool = artifacts.asked_tests(artifacts.pooled_tests(programs), asked)  # as the check does
     tests = [artifacts.must_raise(unit, asked.errors) for unit in pool]  # as the check runs them
     codes = [artifacts.split(program)[0] for program in programs]
-    probes = artifacts.probe_calls(codes, [*pool, *(e.test for e in asked.examples)])
+    near = [*pool, *(e.test for e in asked.examples)]
+    probes = artifacts.probe_calls(codes, near)
+    foreign = artifacts.foreign_calls(codes, near)  # for the stray count only
     passed: list[int] = []
     behaviour: list[str | None] = []
     stray: list[int] = []
@@ -214,11 +217,11 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
             passed.append(0 if run.error is not None else run.passed)
         else:
             passed.append(0)
-        results = run_calls(code, probes)
+        results = run_calls(code, probes + foreign)
         behaviour.append(
             None
             if results is None
-            else hashlib.sha256("\x00".join(results).encode()).hexdigest()[:16]
+            else hashlib.sha256("\x00".join(results[: len(probes)]).encode()).hexdigest()[:16]
         )
         stray.append(sum(artifacts.stray_effect(r, asked) is not None for r in results or ()))
     return {"total": len(pool), "passed": passed, "behaviour": behaviour, "stray": stray}

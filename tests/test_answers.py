@@ -13,6 +13,7 @@ from pipeline.answers import (
     extract,
     extract_code,
     extract_text,
+    foreign_calls,
     join,
     meta_commentary,
     must_raise,
@@ -378,6 +379,21 @@ def test_probe_calls_are_the_tests_calls_and_small_changes_of_their_arguments() 
     assert not any(c.startswith("len(") for c in calls)
     assert len(calls) == len(set(calls))
     assert len(probe_calls([code], split_tests(tests), limit=3)) == 3
+
+
+def test_foreign_calls_add_a_character_no_string_argument_holds() -> None:
+    """Each call of the code's own functions with one non-empty string argument given a
+    `#` and a letter it lacks at its end, upper case where its letters are; a string
+    holding `#` gets only the letter; numbers, lists and empty strings are left as they are."""
+    code = "def f(s, t=''):\n    return s"
+    tests = "assert f('MCM') == 'MCM'\nassert f('ab#z', 3)\nassert f('', [1])\nassert len('x') == 1"
+    assert foreign_calls([code], split_tests(tests)) == [
+        "f('MCM#')",
+        "f('MCMZ')",
+        "f('ab#zq', 3)",
+    ]
+    assert foreign_calls([code], split_tests(tests), limit=1) == ["f('MCM#')"]
+    assert foreign_calls([code], split_tests("assert g('a')")) == []
 
 
 def test_terms_are_the_exceptions_a_request_names_and_whether_it_works_in_place() -> None:

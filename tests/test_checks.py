@@ -750,6 +750,25 @@ async def test_among_tied_answers_one_raising_the_error_the_request_names_wins(
     assert outcome.output_line()["chosen_iteration"] == chosen
 
 
+def test_pooled_counts_foreign_characters_as_stray_but_not_as_behaviour() -> None:
+    """A character no test's string holds (`IX#`) counts a KeyError as a stray effect where
+    the request names ValueError; what code gives on such input does not enter its
+    behaviour digest: code that drops such characters and code that refuses them with the
+    error the request names behave alike on the calls near the tests."""
+    from pipeline.answers import join, terms
+    from pipeline.loop import pooled
+    from tests.test_jobs_builtin import ROMAN_TASK, UPPER_ROMAN, UPPER_ROMAN_CHECKED
+
+    dropping = UPPER_ROMAN.replace(
+        "s = s.upper()", "s = ''.join(c for c in s.upper() if c in 'IVXLCDM')"
+    )
+    tests = "assert roman_to_int('IX') == 9\nassert roman_to_int('MCMXCIV') == 1994"
+    programs = [join(UPPER_ROMAN, tests), join(UPPER_ROMAN_CHECKED, ""), join(dropping, "")]
+    pool = pooled(programs, terms({"task": ROMAN_TASK}))
+    assert (pool["passed"], pool["stray"]) == ([2, 2, 2], [4, 0, 0])
+    assert pool["behaviour"][0] == pool["behaviour"][1] == pool["behaviour"][2]
+
+
 def test_pooled_runs_a_try_of_an_error_the_request_names_as_a_test_of_the_raise() -> None:
     """In the pool as in the check, a try catching the error the request names, asserting
     nothing, fails the code that returns; with no error named it is no test of what the

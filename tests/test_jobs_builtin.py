@@ -19,8 +19,8 @@ from jobs import (
     dialogue_hooks,
     gsm_hooks,
 )
-from pipeline import Settings, run
-from pipeline.answers import join
+from pipeline import Settings, answers, run
+from pipeline.answers import join, split_tests
 from pipeline.errors import InputError
 from pipeline.jobs import Job, load_job
 from pipeline.loop import Step, build_messages
@@ -855,10 +855,43 @@ def test_code_improve_flags_an_error_the_request_does_not_name() -> None:
     found = code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN, tests))
     assert len(found) == 1
     assert found[0].startswith("`roman_to_int('") and "raises KeyError" in found[0]
-    assert found[0].count("raises KeyError") == 2 and "(and 1 more such call)" in found[0]
+    # ix, xi and v; then each numeral with a # and with a letter it lacks added (IX# and IXZ)
+    assert found[0].count("raises KeyError") == 2 and "(and 7 more such calls)" in found[0]
     assert "raise ValueError" in found[0]
     assert code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN_CHECKED, tests)) == []
     assert code_improve_hooks.check({"task": "Convert a numeral."}, join(ROMAN, tests)) == []
+
+
+NUMERALS = "'X': 10, 'L': 50, 'C': 100, 'D': 500, 'M': 1000}"
+UPPER_ROMAN = (  # upper-cases its input: only a character no numeral holds raises KeyError
+    ROMAN.replace("    if not s:", "    s = s.upper()\n    if not s:").replace("'X': 10}", NUMERALS)
+)
+UPPER_ROMAN_CHECKED = UPPER_ROMAN.replace(
+    "    m = {", "    if set(s) - set('IVXLCDM'):\n        raise ValueError(s)\n    m = {"
+)
+
+
+def test_code_improve_flags_a_lookup_of_a_character_foreign_to_every_test() -> None:
+    """Code that upper-cases its input before a dict lookup gets every small change of its
+    tests' numerals right (`ix`, `IXX`, `XI`); only a character none of them holds (`IX#`,
+    `IXZ`) shows that it raises KeyError where the request names ValueError."""
+    tests = "assert roman_to_int('IX') == 9\nassert roman_to_int('MCMXCIV') == 1994"
+    asked = answers.terms({"task": ROMAN_TASK})
+    assert not any(answers.stray_effect(r, asked) for r in calls_near(UPPER_ROMAN, tests))
+    found = code_improve_hooks.check({"task": ROMAN_TASK}, join(UPPER_ROMAN, tests))
+    assert len(found) == 1
+    assert found[0].startswith("`roman_to_int('IX#')` raises KeyError; `roman_to_int('IXZ')`")
+    assert "(and 2 more such calls)" in found[0]  # MCMXCIV# and MCMXCIVZ
+    assert code_improve_hooks.check({"task": ROMAN_TASK}, join(UPPER_ROMAN_CHECKED, tests)) == []
+
+
+def calls_near(code: str, tests: str) -> tuple[str, ...]:
+    """What ``code`` gives on the small changes of its tests' calls (no foreign character)."""
+    from pipeline.sandbox import run_calls
+
+    results = run_calls(code, answers.probe_calls([code], split_tests(tests)))
+    assert results is not None
+    return results
 
 
 def test_code_improve_runs_a_try_of_an_error_the_request_names_as_a_test_of_the_raise() -> None:
