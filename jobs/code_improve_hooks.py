@@ -8,12 +8,15 @@ note about the review into a finding for the refine step.
 
 from __future__ import annotations
 
+import ast
 import functools
 from collections.abc import Mapping
 from typing import Any
 
 from pipeline import answers
 from pipeline.examples import contradicted, restated
+from pipeline.inplace import Change, in_place_changes
+from pipeline.pyast import parse_expression
 from pipeline.sandbox import TestsRun, run_calls, run_tests, syntax_problem
 from pipeline.signatures import contradiction
 
@@ -229,9 +232,37 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
     if changed:
         found.append(
             f"{_examples(changed)}: the caller's value is changed, which the request does "
-            "not ask for. Leave the arguments as they are (work on a copy)."
+            f"not ask for.{_where_changed(code, changed)} Leave the arguments as they are "
+            "(work on a copy)."
         )
     return found
+
+
+def _where_changed(code: str, changed: list[tuple[str, str]]) -> str:
+    """The statements that change the arguments the ``changed`` calls changed
+    (``inplace.in_place_changes``), as a sentence to put in the finding; "" when none
+    is found."""
+    changes: dict[Change, None] = {}
+    for call, effect in changed:
+        try:
+            node = parse_expression(call)
+        except (SyntaxError, ValueError):
+            continue
+        positions = [int(p) for p in effect.removeprefix("changes argument ").split(",")]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            changes.update(dict.fromkeys(in_place_changes(code, node.func.id, positions)))
+    if not changes:
+        return ""
+    shown = "; ".join(f"line {c.line}, `{c.source[:60]}`" for c in list(changes)[:SHOWN_STRAY])
+    more = len(changes) - SHOWN_STRAY
+    shown += f" (and {more} more)" if more > 0 else ""
+    sorts = [c.parameter for c in changes if c.sorts]
+    copy = (
+        f" `sorted({sorts[0]})` gives a sorted copy and leaves `{sorts[0]}` as it is."
+        if sorts
+        else ""
+    )
+    return f" It is changed in place at {shown}.{copy}"
 
 
 def _examples(stray: list[tuple[str, str]]) -> str:

@@ -935,11 +935,39 @@ def test_code_improve_flags_a_result_that_changes_the_callers_value() -> None:
     assert len(found) == 1 and found[0].startswith("`median([3, 1, 2])` changes argument 1")
     assert "work on a copy" in found[0]
     assert (
+        "It is changed in place at line 2, `v.sort()`. `sorted(v)` gives a sorted copy"
+        in (found[0])
+    )
+    assert (
         code_improve_hooks.check({"task": "Sort in place; return the median."}, join(sorts, tests))
         == []
     )
     copies = "def median(v):\n    return sorted(v)[len(v) // 2]"
     assert code_improve_hooks.check({"task": "Return the median."}, join(copies, tests)) == []
+
+
+def test_code_improve_names_the_lines_that_change_an_argument() -> None:
+    """The finding names each statement that changes the argument the call changed, two at
+    most, and offers `sorted` only where one sorts; a change made through another name
+    (`row.reverse()` on each row, `w.sort()` with `w = v`) is not found, and where none
+    is, the finding names the call alone."""
+    rotates = (
+        "def rotate(m):\n    n = len(m)\n    for i in range(n):\n        for j in range(i, n):\n"
+        "            m[i][j], m[j][i] = m[j][i], m[i][j]\n    for row in m:\n"
+        "        row.reverse()\n    m.reverse()\n    m.reverse()\n    return m"
+    )
+    found = code_improve_hooks.check(
+        {"task": "Return the matrix rotated."}, join(rotates, "assert rotate([[1, 2], [3, 4]])")
+    )
+    assert len(found) == 1
+    assert "changed in place at line 5, `m[i][j], m[j][i] = m[j][i], m[i][j]`; line 8, " in found[0]
+    assert "(and 1 more)" in found[0] and "sorted" not in found[0]
+    aliased = "def median(v):\n    w = v\n    w.sort()\n    return w[len(w) // 2]"
+    found = code_improve_hooks.check(
+        {"task": "Return the median."}, join(aliased, "assert median([3, 1, 2]) == 2")
+    )
+    assert len(found) == 1 and "changes argument 1" in found[0]
+    assert "in place at" not in found[0]
 
 
 # -- every job: the artifact alone --------------------------------------------------------------
