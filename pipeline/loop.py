@@ -183,18 +183,18 @@ def _breaks_passed_tests(answers: Sequence[Step]) -> set[int]:
 
 
 def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dict[str, Any]:
-    """How many of the tests all ``programs`` carry each program's code passes, and how
-    each behaves on calls near those the tests make.
+    """How many of the tests all ``programs`` carry each program's code passes, and how each
+    behaves on calls near those the tests make.
 
     The value of the ``tests_pooled`` metric: ``{"total": tests, "passed": [per program],
-    "behaviour": [per program], "stray": [per program]}``. Code that does not parse, or
-    fails before any test runs, passes none. A behaviour is a digest of what the code
-    gave on every call of ``answers.probe_calls`` (equal digests: the same results on all
-    of them), or None when the calls could not run; its stray count is how many of those
-    calls, and of the same with a character foreign to a string argument
+    "behaviour": [per program], "stray": [per program], "raised": [per program]}``. Code
+    that does not parse, or fails before any test runs, passes none. A behaviour is a digest
+    of what the code gave on every call of ``answers.probe_calls`` (equal digests: the same
+    results on all of them), or None when the calls could not run; its stray count is how
+    many of those calls, and of the same with a character foreign to a string argument
     (``answers.foreign_calls``), did what the request (its ``asked`` terms) does not ask
-    for: raised an error it does not name, changed an argument (``answers.stray_effect``;
-    0 when the calls did not run).
+    for: raised an error it does not name, changed an argument (``answers.stray_effect``; 0
+    when the calls did not run); its raised count, how many of them raised such an error.
     """
     asked = asked or artifacts.Terms()
     pool = artifacts.asked_tests(artifacts.pooled_tests(programs), asked)  # as the check does
@@ -206,11 +206,13 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
     passed: list[int] = []
     behaviour: list[str | None] = []
     stray: list[int] = []
+    raised: list[int] = []
     for code in codes:
         if not code.strip() or syntax_problem(code) is not None:
             passed.append(0)
             behaviour.append(None)
             stray.append(0)
+            raised.append(0)
             continue
         if pool:
             run = run_tests(code, tests)  # the limits the job's check ran its own tests under
@@ -223,8 +225,16 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
             if results is None
             else hashlib.sha256("\x00".join(results[: len(probes)]).encode()).hexdigest()[:16]
         )
-        stray.append(sum(artifacts.stray_effect(r, asked) is not None for r in results or ()))
-    return {"total": len(pool), "passed": passed, "behaviour": behaviour, "stray": stray}
+        effects = [artifacts.stray_effect(r, asked) for r in results or ()]
+        stray.append(sum(e is not None for e in effects))
+        raised.append(sum(e is not None and e.startswith("raises ") for e in effects))
+    return {
+        "total": len(pool),
+        "passed": passed,
+        "behaviour": behaviour,
+        "stray": stray,
+        "raised": raised,
+    }
 
 
 def _pool(answers: Sequence[Step]) -> tuple[int, list[int]] | None:
@@ -249,13 +259,13 @@ def _behaviour(answers: Sequence[Step]) -> list[str | None] | None:
     return [d if isinstance(d, str) else None for d in digests]
 
 
-def _stray(answers: Sequence[Step]) -> list[int] | None:
+def _stray(answers: Sequence[Step], key: str = "stray") -> list[int] | None:
     """How many of the calls near the tests each answer made do what the request does not
-    ask for (raise an error it does not name, change an argument), as the last answer's
-    evaluation recorded it (see ``pooled``); None when it did not (a trace written
-    before)."""
+    ask for (raise an error it does not name, change an argument; with ``key="raised"``,
+    only the first), as the last answer's evaluation recorded it (see ``pooled``); None
+    when it did not (a trace written before)."""
     value = (answers[-1].metrics or {}).get(artifacts.POOLED_TESTS)
-    counts = value.get("stray") if isinstance(value, dict) else None
+    counts = value.get(key) if isinstance(value, dict) else None
     if not isinstance(counts, list) or len(counts) != len(answers):
         return None
     return [c if isinstance(c, int) else 0 for c in counts]
@@ -350,11 +360,16 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     Where the request states examples (``"userId" -> "user_id"``: ``examples``), only the
     answers getting the most of them right stay. Of those, an answer that fails a test an
     earlier answer passed is never chosen (unless all of them do). Where the
-    answers carry tests, the rest are judged on all the tests any of them wrote (the
-    pooled tests): only those passing the most of them stay, of those the ones that on the
-    calls near the tests least often do what the request does not ask (raise a
-    ``KeyError`` where it names ``ValueError``, sort the caller's list while returning a
-    median), and when none passes them all, the earliest of those is chosen: a refinement
+    answers carry tests, where the request names the errors to raise, those that on the
+    calls near the tests never raise another (a ``KeyError`` where it names
+    ``ValueError``) stay, if any: like its examples, that is the request's own word,
+    checked by running the code, where the pooled tests are the model's, some of them
+    wrong. The rest are judged on all the tests any of them wrote (the pooled tests):
+    only those passing the most of them stay, of those the ones that on the calls near the
+    tests least often do what the request does not ask (raise such an error, sort the
+    caller's list while returning a median, where it does not ask for work in place: a
+    request that says nothing of its arguments is no word against changing them), and
+    when none passes them all, the earliest of those is chosen: a refinement
     replaces an earlier answer only on what running them showed, never on a critic's
     score alone, nor on passing its own checks (which it may do by dropping the tests it
     failed). Among the rest, those that pass the job's checks are candidates; when none
@@ -382,6 +397,9 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     pool = _pool(answers)
     if pool is not None:
         total, passed = pool
+        raised = _stray(answers, "raised")
+        if raised is not None:  # the request's word before the model's tests: see above
+            kept = [i for i in kept if raised[i] == 0] or kept
         most = max(passed[i] for i in kept)
         kept = [i for i in kept if passed[i] == most]
         stray = _stray(answers)

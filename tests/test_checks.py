@@ -769,6 +769,75 @@ def test_pooled_counts_foreign_characters_as_stray_but_not_as_behaviour() -> Non
     assert pool["behaviour"][0] == pool["behaviour"][1] == pool["behaviour"][2]
 
 
+UPPER_MIDDLE = (  # leaves the list alone; the upper middle value for an even count
+    "def median(values):\n    if not values:\n        raise ValueError\n"
+    "    s = sorted(values)\n    return s[len(s) // 2]"
+)
+SORTS_IN_PLACE = (  # the mean of the two middle values, sorting the caller's list
+    "def median(values):\n    if not values:\n        raise ValueError\n    values.sort()\n"
+    "    n = len(values)\n    if n % 2:\n        return values[n // 2]\n"
+    "    return (values[n // 2 - 1] + values[n // 2]) / 2"
+)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("names_the_error", "chosen"), [(True, 0), (False, 1)])
+async def test_an_answer_raising_no_error_but_those_named_wins_before_the_tests(
+    names_the_error: bool, chosen: int
+) -> None:
+    """The refinement passes a wrong test the draft fails (`'XM'` is no numeral; the draft
+    refuses it with ValueError), and raises KeyError on lower-case numerals, where the
+    request names ValueError: the draft is chosen, though it passes fewer of the pooled
+    tests and the critic scores the refinement higher. A request naming no error leaves
+    it to the tests."""
+    from tests.test_jobs_builtin import ROMAN, ROMAN_CHECKED, ROMAN_TASK
+
+    task = ROMAN_TASK if names_the_error else "Write roman_to_int(s)."
+    tests = "assert roman_to_int('IX') == 9"
+    client = ScriptedClient(
+        [
+            answer(ROMAN_CHECKED, tests),
+            critic(done=False, score=4),
+            answer(
+                ROMAN.replace("'X': 10}", "'X': 10, 'M': 1000}"),
+                tests + "\nassert roman_to_int('XM') == 990",
+            ),
+            critic(done=True, score=9),
+        ]
+    )
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
+    record = Record("roman", 1, {"id": "roman", "task": task})
+    outcome = await refine_record(record, job, client, RecordingSink(), Policy(1))
+    pool = (outcome.steps[2].metrics or {})["tests_pooled"]
+    assert (pool["total"], pool["passed"]) == (2, [1, 2])
+    assert (pool["raised"][0], pool["raised"][1] > 0) == (0, names_the_error)
+    assert outcome.output_line()["chosen_iteration"] == chosen
+
+
+@pytest.mark.anyio
+async def test_a_changed_argument_the_request_says_nothing_of_is_left_to_the_tests() -> None:
+    """The refinement passes a test the draft fails, and sorts the caller's list, of which
+    the request says nothing: it is chosen (a count of islands that marks the caller's
+    grid is no worse for it in any test), the stray count deciding only among answers
+    passing as many tests."""
+    tests = "assert median([3, 1, 2]) == 2\nassert median([5]) == 5"
+    client = ScriptedClient(
+        [
+            answer(UPPER_MIDDLE, tests),
+            critic(done=False, score=4),
+            answer(SORTS_IN_PLACE, tests + "\nassert median([4, 1, 3, 2]) == 2.5"),
+            critic(done=True, score=9),
+        ]
+    )
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
+    record = Record("median", 1, {"id": "median", "task": "Return the median."})
+    outcome = await refine_record(record, job, client, RecordingSink(), Policy(1))
+    pool = (outcome.steps[2].metrics or {})["tests_pooled"]
+    assert (pool["passed"], pool["raised"], pool["stray"][0]) == ([2, 3], [0, 0], 0)
+    assert pool["stray"][1] > 0
+    assert outcome.output_line()["chosen_iteration"] == 1
+
+
 def test_pooled_runs_a_try_of_an_error_the_request_names_as_a_test_of_the_raise() -> None:
     """In the pool as in the check, a try catching the error the request names, asserting
     nothing, fails the code that returns; with no error named it is no test of what the
