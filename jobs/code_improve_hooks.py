@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -248,7 +249,7 @@ def _where_changed(code: str, changed: list[tuple[str, str]]) -> str:
             node = parse_expression(call)
         except (SyntaxError, ValueError):
             continue
-        positions = [int(p) for p in effect.removeprefix("changes argument ").split(",")]
+        positions = [int(p) for p in re.findall(r"\d+", effect)]  # "changes argument 1, 2"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             changes.update(dict.fromkeys(in_place_changes(code, node.func.id, positions)))
     if not changes:
