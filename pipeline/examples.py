@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from .brackets import closing, string_end
 from .pyast import parse_expression, parse_module
 from .signatures import Signature, fits
 
@@ -92,40 +93,6 @@ _FUNCTION = re.compile(r"\bfunctions?\s+([A-Za-z_]\w*)\s*\(")
 _CALL = re.compile(r"[A-Za-z_]\w*(?=\()")
 
 
-def _closing(text: str, start: int) -> int | None:
-    """The index of the bracket closing the one at ``start`` (strings skipped), or None."""
-    depth, i, stop = 0, start, min(len(text), start + SPAN_CHARS)
-    while i < stop:
-        c = text[i]
-        if c in "\"'":
-            end = _string_end(text, i)
-            if end is None:
-                return None
-            i = end
-            continue
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
-
-
-def _string_end(text: str, start: int) -> int | None:
-    """The index just past the string literal opening at ``start``, or None."""
-    quote, i, stop = text[start], start + 1, min(len(text), start + SPAN_CHARS)
-    while i < stop and text[i] != "\n":
-        if text[i] == "\\":
-            i += 2
-            continue
-        if text[i] == quote:
-            return i + 1
-        i += 1
-    return None
-
-
 def _evaluated(source: str) -> tuple[bool, Any]:
     """Whether ``source`` is a literal, and its value."""
     try:
@@ -139,13 +106,13 @@ def _literal(text: str, i: int) -> tuple[Any, int] | None:
     """The literal starting at ``text[i]`` and the index just past it, or None."""
     c = text[i]
     if c in "\"'":
-        end = _string_end(text, i)
+        end = string_end(text, i, SPAN_CHARS)
     elif (named := _NAMED.match(text, i)) is not None:
         return _NAMED_VALUES[named.group(1).lower()], named.end()
     elif i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_."):
         return None  # part of a word, a number, a call or a subscript
     elif c in "([{":
-        close = _closing(text, i)
+        close = closing(text, i, SPAN_CHARS)
         end = None if close is None else close + 1
     else:
         match = _NUMBER.match(text, i) or _WORD.match(text, i)
@@ -164,7 +131,7 @@ def _call(text: str, i: int, names: set[str]) -> tuple[str, tuple[Any, ...], int
     match = _CALL.match(text, i)
     if match is None or match.group() not in names:
         return None
-    close = _closing(text, match.end())
+    close = closing(text, match.end(), SPAN_CHARS)
     if close is None:
         return None
     try:

@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from .brackets import closing
 from .pyast import parse_expression, parse_module
 
 __all__ = ["Signature", "contradiction", "fits", "signatures"]
@@ -67,19 +68,6 @@ _MAPPINGS = frozenset({"dict", "Dict", "Mapping", "MutableMapping"})
 _TUPLES = frozenset({"tuple", "Tuple"})
 
 
-def _closing(text: str, start: int) -> int | None:
-    """The index of the bracket closing the one at ``start``, or None."""
-    depth = 0
-    for i in range(start, len(text)):
-        if text[i] in "([{":
-            depth += 1
-        elif text[i] in ")]}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return None
-
-
 def _return_annotation(rest: str) -> str:
     """The annotation after ``->`` at the start of ``rest`` (up to the first space outside
     brackets that does not join a union), or ""."""
@@ -112,7 +100,7 @@ def signatures(text: str) -> tuple[Signature, ...]:
     found: dict[str, Signature] = {}
     for match in _CALL_START.finditer(text):
         name = match.group(1)
-        end = _closing(text, match.end() - 1)
+        end = closing(text, match.end() - 1)
         if end is None or name in found:
             continue
         params, returns = text[match.end() : end], _return_annotation(text[end + 1 :])
