@@ -218,7 +218,7 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
     stray = [
         (call, effect)
         for call, result in zip(calls, results, strict=False)
-        if (effect := answers.stray_effect(result, asked)) is not None
+        if (effect := answers.stray_effect(call, result, asked)) is not None
     ]
     found = []
     raised = [(call, effect) for call, effect in stray if effect.startswith("raises ")]

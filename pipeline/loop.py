@@ -225,7 +225,10 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
             if results is None
             else hashlib.sha256("\x00".join(results[: len(probes)]).encode()).hexdigest()[:16]
         )
-        effects = [artifacts.stray_effect(r, asked) for r in results or ()]
+        effects = [
+            artifacts.stray_effect(call, result, asked)
+            for call, result in zip(probes + foreign, results or (), strict=False)
+        ]
         stray.append(sum(e is not None for e in effects))
         raised.append(sum(e is not None and e.startswith("raises ") for e in effects))
     return {

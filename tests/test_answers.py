@@ -439,7 +439,16 @@ VALUE_ERROR = Terms(frozenset({"ValueError"}))
 def test_stray_effect_is_what_the_request_does_not_ask_for(
     result: str, asked: Terms, stray: str | None
 ) -> None:
-    assert stray_effect(result, asked) == stray
+    assert stray_effect("f(1)", result, asked) == stray
+
+
+def test_stray_effect_leaves_out_a_call_against_the_declared_signature() -> None:
+    """A literal of another kind than the request's signature declares is outside what it
+    asks: a TypeError there is no stray raise, nor is anything else the call does."""
+    asked = terms({"task": "Write roman_to_int(s: str) -> int; raise ValueError on bad input."})
+    assert stray_effect("roman_to_int(1994)", "raises TypeError", asked) is None
+    assert stray_effect("roman_to_int([1])", "2 [argument 1 changed]", asked) is None
+    assert stray_effect("roman_to_int('IX#')", "raises TypeError", asked) == "raises TypeError"
 
 
 TRY = "try:\n    f(1)\nexcept ValueError:\n    pass"

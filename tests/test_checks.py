@@ -769,6 +769,31 @@ def test_pooled_counts_foreign_characters_as_stray_but_not_as_behaviour() -> Non
     assert pool["behaviour"][0] == pool["behaviour"][1] == pool["behaviour"][2]
 
 
+TRY_FIVE = "try:\n    roman_to_int(5)\nexcept ValueError:\n    pass"
+
+
+def test_pooled_counts_no_stray_raise_on_a_call_against_the_declared_signature() -> None:
+    """A test of a raise may pass a value of another kind than the request's signature
+    declares (`roman_to_int(5)` where it declares `s: str`): whatever error code raises
+    there, and on the calls near it, is no error the request left unnamed, so code that
+    fails on it with AttributeError is not counted as raising one."""
+    from pipeline.answers import join, terms
+    from pipeline.loop import pooled
+    from tests.test_jobs_builtin import UPPER_ROMAN_CHECKED
+
+    task = "Write roman_to_int(s: str) -> int. It must raise ValueError for a bad numeral."
+    typed = UPPER_ROMAN_CHECKED.replace(
+        "    s = s.upper()", "    if not isinstance(s, str):\n        raise ValueError(s)\n"
+        "    s = s.upper()"
+    )  # fmt: skip
+    tests = "assert roman_to_int('IX') == 9\n" + TRY_FIVE
+    pool = pooled([join(UPPER_ROMAN_CHECKED, tests), join(typed, "")], terms({"task": task}))
+    assert pool["raised"] == [0, 0]
+    assert pool["stray"] == [0, 0]
+    untyped = pooled([join(UPPER_ROMAN_CHECKED, tests)], terms({"task": task.replace(": str", "")}))
+    assert untyped["raised"][0] > 0  # without the signature, AttributeError is a stray raise
+
+
 UPPER_MIDDLE = (  # leaves the list alone; the upper middle value for an even count
     "def median(values):\n    if not values:\n        raise ValueError\n"
     "    s = sorted(values)\n    return s[len(s) // 2]"

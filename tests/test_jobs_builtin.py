@@ -877,7 +877,8 @@ def test_code_improve_flags_a_lookup_of_a_character_foreign_to_every_test() -> N
     `IXZ`) shows that it raises KeyError where the request names ValueError."""
     tests = "assert roman_to_int('IX') == 9\nassert roman_to_int('MCMXCIV') == 1994"
     asked = answers.terms({"task": ROMAN_TASK})
-    assert not any(answers.stray_effect(r, asked) for r in calls_near(UPPER_ROMAN, tests))
+    near = calls_near(UPPER_ROMAN, tests)
+    assert not any(answers.stray_effect(call, result, asked) for call, result in near)
     found = code_improve_hooks.check({"task": ROMAN_TASK}, join(UPPER_ROMAN, tests))
     assert len(found) == 1
     assert found[0].startswith("`roman_to_int('IX#')` raises KeyError; `roman_to_int('IXZ')`")
@@ -885,13 +886,15 @@ def test_code_improve_flags_a_lookup_of_a_character_foreign_to_every_test() -> N
     assert code_improve_hooks.check({"task": ROMAN_TASK}, join(UPPER_ROMAN_CHECKED, tests)) == []
 
 
-def calls_near(code: str, tests: str) -> tuple[str, ...]:
-    """What ``code`` gives on the small changes of its tests' calls (no foreign character)."""
+def calls_near(code: str, tests: str) -> list[tuple[str, str]]:
+    """The small changes of its tests' calls (no foreign character), each with what
+    ``code`` gives on it."""
     from pipeline.sandbox import run_calls
 
-    results = run_calls(code, answers.probe_calls([code], split_tests(tests)))
+    calls = answers.probe_calls([code], split_tests(tests))
+    results = run_calls(code, calls)
     assert results is not None
-    return results
+    return list(zip(calls, results, strict=True))
 
 
 def test_code_improve_runs_a_try_of_an_error_the_request_names_as_a_test_of_the_raise() -> None:
