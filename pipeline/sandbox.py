@@ -402,9 +402,9 @@ def run_tests(
     return TestsRun(tuple(reported[: len(tests)]))
 
 
-# Each call's result as text: its repr (sets sorted and memory addresses left out, so
-# that two runs of the same code agree) and which of its arguments the call changed, or
-# the name of the exception it raised, or "timeout".
+# Each call's result as text: its repr (sets sorted, also inside lists, tuples and dicts,
+# and memory addresses left out, so that two runs of the same code agree) and which of its
+# arguments the call changed, or the name of the exception it raised, or "timeout".
 _CALLS_HARNESS: Final = r"""
 def __refine_calls__(sources, per_call_s):
     import ast, re, signal
@@ -415,9 +415,21 @@ def __refine_calls__(sources, per_call_s):
     def alarm(signum, frame):
         raise CallTimeout()
 
-    def shown(value):
+    def shown(value, depth=0):
+        # Sets at any depth of plain lists, tuples and dicts are sorted: the order a set
+        # of strings iterates in changes with each process's hash seed.
+        if depth > 20:
+            return repr(value)
         if isinstance(value, set | frozenset):
-            return type(value).__name__ + repr(sorted(repr(v) for v in value))
+            return type(value).__name__ + repr(sorted(shown(v, depth + 1) for v in value))
+        if type(value) is list:
+            return "[" + ", ".join(shown(v, depth + 1) for v in value) + "]"
+        if type(value) is tuple:
+            inner = ", ".join(shown(v, depth + 1) for v in value)
+            return "(" + inner + ("," if len(value) == 1 else "") + ")"
+        if type(value) is dict:
+            items = (shown(k, depth + 1) + ": " + shown(v, depth + 1) for k, v in value.items())
+            return "{" + ", ".join(items) + "}"
         return repr(value)
 
     def parts(source):

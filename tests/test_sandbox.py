@@ -430,6 +430,24 @@ def test_run_calls_gives_each_calls_result_as_text() -> None:
     )
 
 
+def test_run_calls_sorts_sets_inside_lists_tuples_and_dicts() -> None:
+    """A set of strings inside a list, tuple or dict iterates in an order that changes with
+    each process's hash seed: shown sorted at any depth, every run of the same code gives
+    the same text; other containers and a one-item tuple keep their own repr."""
+    code = (
+        "from collections import namedtuple\nP = namedtuple('P', 'x')\n"
+        "def f():\n    words = {w for w in 'the cat sat on a mat by the old red door'.split()}\n"
+        "    return [words, (frozenset(words),), {'k': [words]}]\n"
+        "def g():\n    return (1,), P(2), [], {}"
+    )
+    runs = {run_calls(code, ["f()"]) for _ in range(4)}
+    assert len(runs) == 1
+    (shown,) = runs.pop()
+    assert shown.startswith("[set[\"'a'\", \"'by'\", \"'cat'\"")
+    assert "(frozenset[\"'a'\"" in shown and "{'k': [set[" in shown
+    assert run_calls(code, ["g()"]) == ("((1,), P(x=2), [], {})",)
+
+
 def test_run_calls_shows_an_error_class_of_the_codes_own_with_its_builtin_base() -> None:
     """A request names built-in errors: a class of the code's own is shown with the
     built-in one it derives from."""
