@@ -333,7 +333,7 @@ def test_a_local_ray_instance_is_started_and_stopped(cluster: str, tmp_path: Pat
         _, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     assert len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) == 4
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # Ray's shutdown takes seconds; more on a loaded machine
     while ray_processes() - before and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not ray_processes() - before
