@@ -225,9 +225,9 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
     if raised:
         names = " or ".join(sorted(asked.errors))
         found.append(
-            f"{_examples(raised)}: the request names {names} as the error to raise. Where "
-            f"such an input is not valid, check it and raise {names}; where it is valid, "
-            "return the result."
+            f"{_examples(_where_raised(code, raised))}: the request names {names} as the "
+            f"error to raise. Where such an input is not valid, check it and raise {names}; "
+            f"where it is valid, return the result.{_lookup_hint(raised, names)}"
         )
     changed = [(call, effect) for call, effect in stray if not effect.startswith("raises ")]
     if changed:
@@ -237,6 +237,31 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
             "(work on a copy)."
         )
     return found
+
+
+def _where_raised(code: str, raised: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``raised`` with the first call's effect saying where the code raised the error and
+    its values there, as a failing test does (``raises KeyError: 'Z' (raised in
+    roman_to_int, line 7 of the code: `total += m[c]`, where ...)``); as it was when the
+    call, run on its own, does not raise that error."""
+    call, effect = raised[0]
+    (why,) = run_tests(code, [call]).results or (None,)
+    error = effect.removeprefix("raises ").partition("(")[0]
+    prefix = f"`{call}`: "
+    if why is None or not why.startswith(prefix + error):
+        return raised
+    return [(call, "raises " + why.removeprefix(prefix)), *raised[1:]]
+
+
+def _lookup_hint(raised: list[tuple[str, str]], names: str) -> str:
+    """For a ``KeyError`` among the stray raises (a table looked up with a key it lacks),
+    how to raise the named error instead."""
+    if not any(effect.startswith("raises KeyError") for _, effect in raised):
+        return ""
+    return (
+        " A lookup `table[key]` raises KeyError for a key the table lacks: check "
+        f"`if key not in table:` and raise {names} before looking it up."
+    )
 
 
 def _where_changed(code: str, changed: list[tuple[str, str]]) -> str:

@@ -854,12 +854,31 @@ def test_code_improve_flags_an_error_the_request_does_not_name() -> None:
     )
     found = code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN, tests))
     assert len(found) == 1
-    assert found[0].startswith("`roman_to_int('") and "raises KeyError" in found[0]
+    # The first call says where the lookup failed, with the code's values there.
+    assert found[0].startswith(
+        "`roman_to_int('ix')` raises KeyError: 'i' (raised in roman_to_int, line 7 of the "
+        "code: `total += -m[a] if b != ' ' and m[a] < m[b] else m[a]`, where m = {"
+    )
     # ix, xi and v; then each numeral with a # and with a letter it lacks added (IX# and IXZ)
-    assert found[0].count("raises KeyError") == 2 and "(and 7 more such calls)" in found[0]
+    assert "; `roman_to_int('xi')` raises KeyError (and 7 more such calls)" in found[0]
     assert "raise ValueError" in found[0]
+    assert "check `if key not in table:` and raise ValueError before looking it up" in found[0]
     assert code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN_CHECKED, tests)) == []
     assert code_improve_hooks.check({"task": "Convert a numeral."}, join(ROMAN, tests)) == []
+
+
+def test_code_improve_says_where_an_unnamed_error_is_raised_without_a_lookup_hint() -> None:
+    """An IndexError where the request names ValueError: the finding shows the line that
+    raised it and the values there; the advice on table lookups is for KeyError only."""
+    task = "Write first_char(s: str) -> str. It must raise ValueError for an empty string."
+    code = "def first_char(s):\n    head = s[:1]\n    return s[0]"
+    found = code_improve_hooks.check({"task": task}, join(code, "assert first_char('ab') == 'a'"))
+    assert found == [
+        "`first_char('')` raises IndexError: string index out of range (raised in first_char, "
+        "line 3 of the code: `return s[0]`, where head = ''): the request names ValueError as "
+        "the error to raise. Where such an input is not valid, check it and raise ValueError; "
+        "where it is valid, return the result."
+    ]
 
 
 NUMERALS = "'X': 10, 'L': 50, 'C': 100, 'D': 500, 'M': 1000}"
@@ -881,7 +900,8 @@ def test_code_improve_flags_a_lookup_of_a_character_foreign_to_every_test() -> N
     assert not any(answers.stray_effect(call, result, asked) for call, result in near)
     found = code_improve_hooks.check({"task": ROMAN_TASK}, join(UPPER_ROMAN, tests))
     assert len(found) == 1
-    assert found[0].startswith("`roman_to_int('IX#')` raises KeyError; `roman_to_int('IXZ')`")
+    assert found[0].startswith("`roman_to_int('IX#')` raises KeyError: '#' (raised in ")
+    assert "; `roman_to_int('IXZ')` raises KeyError (and" in found[0]
     assert "(and 2 more such calls)" in found[0]  # MCMXCIV# and MCMXCIVZ
     assert code_improve_hooks.check({"task": ROMAN_TASK}, join(UPPER_ROMAN_CHECKED, tests)) == []
 
