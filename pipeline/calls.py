@@ -232,8 +232,9 @@ class Outcome:
         }
         if self.tests is not None:
             line["tests"] = self.tests
-        if chosen is not None and is_redraft(chosen):
-            line["chosen_step"] = self.chosen_step  # a first draft, not the iteration's answer
+        if chosen is not None and not is_answer(chosen):
+            # a first draft or a cut-off attempt, not the iteration's answer
+            line["chosen_step"] = self.chosen_step
         return line
 
     def trace_line(self) -> dict[str, Any]:
@@ -280,6 +281,15 @@ def is_answer(step: Step) -> bool:
 
 
 def is_draft(step: Step) -> bool:
-    """A step whose answer may be chosen: an iteration's answer, or a refinement drafted
-    once more (``is_redraft``)."""
+    """A step whose answer may be chosen: an iteration's answer, a refinement drafted
+    once more (``is_redraft``), or an answer cut off at max_tokens and asked again whose
+    tests ran (code that carries its tests: the code is whole, the test the limit stopped
+    is dropped; its checks say it was cut off, and the pooled tests judge it with the
+    rest). A cut-off answer of another job is prose stopped mid-sentence, never chosen."""
+    if is_cut_retry(step):
+        return step.role != "feedback" and TESTS_RAN in (step.metrics or {})
     return is_answer(step) or is_redraft(step)
+
+
+TESTS_RAN = "tests_failed"
+"""The metric an answer whose tests ran records (``answers.FAILED_TESTS``)."""

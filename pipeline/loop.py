@@ -387,8 +387,8 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     if not answers:
         return None, None, []
     feedback = {s.iteration: s for s in steps if s.role == "feedback"}
-    scores = [None if is_redraft(a) else _score(job, feedback.get(a.iteration)) for a in answers]
-    by_iteration = [sc for a, sc in zip(answers, scores, strict=True) if not is_redraft(a)]
+    scores = [_score(job, feedback.get(a.iteration)) if is_answer(a) else None for a in answers]
+    by_iteration = [sc for a, sc in zip(answers, scores, strict=True) if is_answer(a)]
     kept = list(range(len(answers)))
     examples = _examples_passed(answers)
     if examples is not None:  # the request's own examples first: right by definition
@@ -712,7 +712,17 @@ async def make_step(
         if role == "refine" and job.retry_copy and answers
         else None
     )
-    if copied and not any(is_copy(s) and s.iteration == iteration for s in steps):
+    retry_copy = copied and not any(is_copy(s) and s.iteration == iteration for s in steps)
+    if not retry_copy and metrics is not None and artifacts.FAILED_TESTS in metrics:
+        # An answer (not a copy to retry) whose tests ran, a cut-off one too (a candidate:
+        # ``is_draft``): how it and every earlier draft fare on the tests all of them
+        # wrote, for choose.
+        programs = [d.output or "" for d in _drafts(steps)] + [output]
+        if asked is None:
+            asked = artifacts.terms(record.fields)
+        pool = await anyio.to_thread.run_sync(pooled, programs, asked)
+        metrics[artifacts.POOLED_TESTS] = pool
+    if retry_copy:
         error = {
             "type": COPY,
             "message": f"{copied} its input; retried once at temperature {job.copy_temperature:g}",
@@ -726,14 +736,6 @@ async def make_step(
             f"with frequency penalty {RETRY_FREQUENCY_PENALTY:g}",
         }
     else:
-        if metrics is not None and artifacts.FAILED_TESTS in metrics:
-            # An answer (not a copy to retry) whose tests ran: how it and every earlier
-            # draft fare on the tests all of them wrote, for choose.
-            programs = [d.output or "" for d in _drafts(steps)] + [output]
-            if asked is None:
-                asked = artifacts.terms(record.fields)
-            pool = await anyio.to_thread.run_sync(pooled, programs, asked)
-            metrics[artifacts.POOLED_TESTS] = pool
         if (
             job.redraft
             and role == "refine"

@@ -170,7 +170,11 @@ class Drafts:
         """One record's steps; ``passes``: whether each draft (by its index) passes."""
         for t in {steps[i].iteration for i in passes if is_redraft(steps[i])}:
             drafts = sorted(
-                i for i in passes if steps[i].iteration == t and steps[i].role == "refine"
+                i
+                for i in passes
+                if steps[i].iteration == t
+                and steps[i].role == "refine"
+                and not is_cut_retry(steps[i])  # asked again as it was: no redraft
             )
             for k in range(1, len(drafts)):
                 place, now = k + 1, passes[drafts[k]]
@@ -255,9 +259,10 @@ def _fixes_text(tally: Mapping[str, tuple[int, int]]) -> str:
 
 def report(
     run_dir: Path, hidden: dict[str, list[str]], recheck: bool = False
-) -> tuple[str, dict[str, Tally], int, dict[str, tuple[int, int]], Drafts]:
+) -> tuple[str, dict[str, Tally], int, dict[str, tuple[int, int]], Drafts, list[int]]:
     """The run's line, its tallies by way of choosing (see RULES), its number of records,
-    its refinements of failing code by prompt (right, tried) and its later drafts."""
+    its refinements of failing code by prompt (right, tried), its later drafts and how
+    many outputs chosen again are a cut-off attempt (and of iteration 0, gaining)."""
     job = load_job("code-improve")
     outputs = {
         row["id"]: row
@@ -271,6 +276,7 @@ def report(
     against_examples: set[tuple[str, str]] = set()  # ... or an example it states
     right_on_examples = [0, 0, 0]  # answers right on every example; those passing; others passing
     fixed = dict.fromkeys(CALL_KINDS, (0, 0))  # refinements of failing code: right, tried
+    cut_chosen = [0, 0]  # chosen again: a cut-off attempt; one of iteration 0 that gains
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
@@ -291,7 +297,8 @@ def report(
             for i, s in enumerate(steps)
             if is_draft(s)
         }
-        first = passes[min(passes)]
+        # iteration 0 as scripts/quality.py counts it: its answer, not a cut-off attempt
+        first = passes[next((i for i in sorted(passes) if is_answer(steps[i])), min(passes))]
         _add_fixes(fixed, fixes(steps, partial(_passing, dict(passes), steps, hidden[rid])))
         drafted.add(steps, passes)
         asked = terms(requests[rid])
@@ -315,10 +322,15 @@ def report(
         bare = without(steps)
         unexampled = without(steps, EXAMPLES_PASSED)
         out = outputs[rid]["output"]
+        again = chosen(steps, job)[0]
+        if again is not None and is_cut_retry(again):
+            cut_chosen[0] += 1
+            if again.iteration == 0 and _passes(passes, steps, again) and not first:
+                cut_chosen[1] += 1
         now = {
             "first": first,
             "output": out is not None and hidden_pass(out, hidden[rid]),
-            "again": _passes(passes, steps, chosen(steps, job)[0]),
+            "again": _passes(passes, steps, again),
             "no_examples": _passes(passes, unexampled, chosen(unexampled, job)[0]),
             "previous": _passes(passes, bare, chosen(bare, job)[0]),
             "best": any(passes.values()),
@@ -332,13 +344,15 @@ def report(
         f"{calls} calls ({copies} copy retries), {tokens:,} tokens; "
         f"{cut_off} of {answers} answers cut off at max_tokens"
         + (f" ({asked_again} more cut off and asked again)" if asked_again else "")
+        + f"; chosen again from a cut-off attempt: {cut_chosen[0]} ({cut_chosen[1]} of "
+        "iteration 0, right where its answer is wrong: a gain no refinement made)"
         + f"; {drafted.text()}; {len(against)} distinct tests against the request's "
         f"signature, {len(against_examples)} against its examples; {right_on_examples[0]} "
         f"answers right on all the request's examples ({right_on_examples[1]} of them pass the "
         f"hidden tests; {right_on_examples[2]} answers wrong on one pass them); refinements "
         f"of failing code right, by prompt: {_fixes_text(fixed)}"
     )
-    return text, tallies, n, fixed, drafted
+    return text, tallies, n, fixed, drafted, cut_chosen
 
 
 def main() -> None:
@@ -350,10 +364,12 @@ def main() -> None:
     records = 0
     fixed = dict.fromkeys(CALL_KINDS, (0, 0))
     drafted = Drafts()
+    cut_chosen = [0, 0]
     recheck = "--recheck" in sys.argv[1:]
     runs = [arg for arg in sys.argv[1:] if arg != "--recheck"]
     for arg in runs:
-        text, tallies, n, run_fixed, run_drafted = report(Path(arg), hidden, recheck)
+        text, tallies, n, run_fixed, run_drafted, run_cut = report(Path(arg), hidden, recheck)
+        cut_chosen = [a + b for a, b in zip(cut_chosen, run_cut, strict=True)]
         print(text, flush=True)
         records += n
         _add_fixes(fixed, run_fixed)
@@ -365,6 +381,10 @@ def main() -> None:
         for rule in RULES[1:]:
             print(f"  {SHOWN[rule]}: {totals[rule].text(records, named=False)}")
         print(f"  (iteration 0: {totals['first'].passed}/{records})")
+        print(
+            f"  chosen again from a cut-off attempt: {cut_chosen[0]} ({cut_chosen[1]} of "
+            "iteration 0, right where its answer is wrong)"
+        )
         print(f"  refinements of failing code right, by prompt: {_fixes_text(fixed)}")
         print(f"  {drafted.text()}")
 

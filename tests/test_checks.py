@@ -339,6 +339,46 @@ async def test_refinement_cut_off_in_its_tests_keeps_the_carried_ones_and_is_tol
 
 
 @pytest.mark.anyio
+async def test_a_right_answer_cut_off_in_its_tests_stays_a_candidate() -> None:
+    """A first answer cut off at max_tokens while writing its third test is asked again;
+    the answer asked again is wrong, passes its own test and is called done. The cut-off
+    answer's code is whole and passes the two tests it finished: judged on the pooled
+    tests with the rest, it is the output (``chosen_step`` says which step it is)."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    text = (
+        f"```python\n{ADD}\n```\nTests:\n```python\nassert add(2, 2) == 4\n"
+        "assert add(1, 1) == 2\nassert add(3, "
+    )
+    cut = Completion(text, 100, 1024, 0.5, 1, finish_reason="length", model="fake-model")
+    outcome, _ = await loop(job, [cut, answer(SUB, "assert add(2, 2) == 0"), critic(done=True)])
+    assert [(s.error or {}).get("type") for s in outcome.steps] == ["cut_off", None, None]
+    pool = (outcome.steps[1].metrics or {})["tests_pooled"]
+    assert (pool["total"], pool["passed"]) == (3, [2, 1])
+    line = outcome.output_line()
+    assert (line["output"], line["chosen_step"], line["chosen_iteration"]) == (ADD, 0, 0)
+    assert line["tests"] == "assert add(2, 2) == 4\nassert add(1, 1) == 2"
+    assert line["scores"] == [5.0] and line["score"] is None  # the critic saw the other
+
+
+def test_a_cut_off_answer_of_a_text_job_is_never_a_candidate() -> None:
+    """Only an answer whose tests ran is a candidate when cut off; prose stopped
+    mid-sentence is not, nor is a cut-off feedback."""
+    from pipeline.answers import FAILED_TESTS
+    from pipeline.calls import TESTS_RAN, Step, is_draft
+
+    assert TESTS_RAN == FAILED_TESTS
+    cut = {"type": "cut_off", "message": "asked once more"}
+    ran = {"tests_failed": [], "tests_total": 1}
+
+    def step(role: Any, **kw: Any) -> Step:
+        return Step(role, 0, [], "x", None, {}, 0.1, 1, error=cut, **kw)
+
+    assert is_draft(step("generate", output="x", metrics=ran))
+    assert not is_draft(step("generate", output="x"))  # a text job's answer
+    assert not is_draft(step("feedback", metrics=ran))
+
+
+@pytest.mark.anyio
 async def test_failing_own_tests_veto_done_and_a_fix_is_chosen() -> None:
     """A draft failing its own test is refined despite the critic's done; the fix is the output."""
     outcome, client = await loop(

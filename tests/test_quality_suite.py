@@ -153,7 +153,7 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
     run_dir.mkdir()
     (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
     (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
-    text, tallies, n, fixed, _ = choose_again_script().report(run_dir, HIDDEN, recheck)
+    text, tallies, n, fixed, _, _ = choose_again_script().report(run_dir, HIDDEN, recheck)
     # the first draft right, the second and third wrong; one test against the request's
     # signature, one against its example ("the empty string gives []"); the right draft
     # alone gets both of the request's examples right
