@@ -110,8 +110,9 @@ def _answers(steps: Sequence[Step]) -> list[Step]:
 
 
 def _drafts(steps: Sequence[Step]) -> list[Step]:
-    """The answers that may be chosen: every iteration's answer and the first drafts of
-    refinements drafted once more (``redraft``), in the order they were made."""
+    """The answers that may be chosen: every iteration's answer, the first drafts of
+    refinements drafted once more (``redraft``) and answers cut off in their tests and
+    asked again (``is_draft``), in the order they were made."""
     return [s for s in steps if is_draft(s)]
 
 
@@ -357,8 +358,9 @@ def choose(steps: Sequence[Step], job: Job) -> tuple[int | None, float | None, l
 def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, list[float | None]]:
     """The chosen answer, its score and every iteration's score.
 
-    The candidates are the drafts (``_drafts``): every iteration's answer and the first
-    draft of a refinement drafted once more, which has no feedback and so no score.
+    The candidates are the drafts (``_drafts``): every iteration's answer, the first
+    draft of a refinement drafted once more and an answer cut off in its tests and asked
+    again (``is_draft``); the last two have no feedback and so no score.
 
     Where the request states examples (``"userId" -> "user_id"``: ``examples``), only the
     answers getting the most of them right stay. Of those, an answer that fails a test an
@@ -368,7 +370,9 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     ``ValueError``) stay, if any: like its examples, that is the request's own word,
     checked by running the code, where the pooled tests are the model's, some of them
     wrong. The rest are judged on all the tests any of them wrote (the pooled tests):
-    only those passing the most of them stay, of those the ones that on the calls near the
+    only those passing the most of them stay (an answer cut off and asked again only where
+    none other does: it wins on what running it showed, not on the tie-breaks that
+    follow), of those the ones that on the calls near the
     tests least often do what the request does not ask (raise such an error, sort the
     caller's list while returning a median, where it does not ask for work in place: a
     request that says nothing of its arguments is no word against changing them), and
@@ -405,12 +409,14 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
             kept = [i for i in kept if raised[i] == 0] or kept
         most = max(passed[i] for i in kept)
         kept = [i for i in kept if passed[i] == most]
+        kept = _uncut(answers, kept)
         stray = _stray(answers)
         if stray is not None:  # then those doing the fewest things the request does not ask
             fewest = min(stray[i] for i in kept)
             kept = [i for i in kept if stray[i] == fewest]
         if most < total:  # no answer passes every test written: the tests decide, not the critic
             return answers[kept[0]], scores[kept[0]], by_iteration
+    kept = _uncut(answers, kept)
     passing = [i for i in kept if answers[i].checks == []]
     candidates = passing or _most_tests_passed(answers, kept)
     behaviour = _behaviour(answers) if pool is not None else None
@@ -434,6 +440,13 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     if best is None:
         return answers[candidates[-1]], None, by_iteration
     return answers[best], scores[best], by_iteration
+
+
+def _uncut(answers: Sequence[Step], kept: list[int]) -> list[int]:
+    """``kept`` without answers cut off and asked again, unless only those are left: such
+    an answer wins on what running it showed (the request's examples and errors, the pooled
+    tests), never on a tie-break, where the answer asked in its place stands for it."""
+    return [i for i in kept if not is_cut_retry(answers[i])] or kept
 
 
 def _examples_passed(answers: Sequence[Step]) -> list[int] | None:

@@ -360,6 +360,26 @@ async def test_a_right_answer_cut_off_in_its_tests_stays_a_candidate() -> None:
     assert line["scores"] == [5.0] and line["score"] is None  # the critic saw the other
 
 
+@pytest.mark.anyio
+async def test_a_cut_off_answer_tied_on_the_pooled_tests_gives_way_to_its_retry() -> None:
+    """A cut-off answer and the answer asked in its place pass as many of the pooled tests
+    (both fail the cut-off one's wrong test): the tie goes to the answer asked again,
+    though the cut-off one is earlier."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    text = (
+        f"```python\n{ADD}\n```\nTests:\n```python\nassert add(2, 2) == 4\n"
+        "assert add(1, 1) == 3\nassert add(3, "
+    )
+    cut = Completion(text, 100, 1024, 0.5, 1, finish_reason="length", model="fake-model")
+    retry = answer(ADD, "assert add(0, 0) == 0")
+    outcome, _ = await loop(job, [cut, retry, critic(done=True)])
+    pool = (outcome.steps[1].metrics or {})["tests_pooled"]
+    assert (pool["total"], pool["passed"]) == (3, [2, 2])
+    line = outcome.output_line()
+    assert "chosen_step" not in line and line["chosen_iteration"] == 0
+    assert line["tests"] == "assert add(0, 0) == 0"
+
+
 def test_a_cut_off_answer_of_a_text_job_is_never_a_candidate() -> None:
     """Only an answer whose tests ran is a candidate when cut off; prose stopped
     mid-sentence is not, nor is a cut-off feedback."""
