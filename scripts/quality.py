@@ -115,6 +115,9 @@ class CodeResult:
     chosen: dict[str, bool]
     own_tests: tuple[int, int]  # the chosen outputs' own tests: passed, total
     stop_reasons: dict[str, int]
+    # records whose output is an answer of iteration 0 cut off at max_tokens and asked
+    # again (a candidate, but iteration 0 counts the answer asked in its place)
+    first_cut: frozenset[str] = frozenset()
 
 
 def score_code_run(run_dir: Path, hidden: dict[str, list[str]]) -> CodeResult:
@@ -124,6 +127,7 @@ def score_code_run(run_dir: Path, hidden: dict[str, list[str]]) -> CodeResult:
     chosen: dict[str, bool] = {}
     passed = total = 0
     stops: dict[str, int] = {}
+    first_cut: set[str] = set()
     for out in rows(run_dir / "outputs.jsonl"):
         rid = out["id"]
         stops[out["stop_reason"]] = stops.get(out["stop_reason"], 0) + 1
@@ -132,10 +136,15 @@ def score_code_run(run_dir: Path, hidden: dict[str, list[str]]) -> CodeResult:
             for t, answer in answers_by_iteration(traces[rid]).items()
         }
         chosen[rid] = out["output"] is not None and hidden_pass(out["output"], hidden[rid])
+        step = out.get("chosen_step")
+        if isinstance(step, int) and 0 <= step < len(traces[rid]):
+            at = traces[rid][step]
+            if at.get("iteration") == 0 and (at.get("error") or {}).get("type") == "cut_off":
+                first_cut.add(rid)
         metrics = out.get("metrics") or {}
         passed += int(metrics.get("tests_passed") or 0)
         total += int(metrics.get("tests_total") or 0)
-    return CodeResult(by_iteration, chosen, (passed, total), stops)
+    return CodeResult(by_iteration, chosen, (passed, total), stops, frozenset(first_cut))
 
 
 def restrict(result: CodeResult, ids: set[str]) -> CodeResult:
@@ -145,6 +154,7 @@ def restrict(result: CodeResult, ids: set[str]) -> CodeResult:
         {k: v for k, v in result.chosen.items() if k in ids},
         (0, 0),
         {},
+        frozenset(k for k in result.first_cut if k in ids),
     )
 
 
@@ -173,8 +183,12 @@ def code_table(results: dict[str, CodeResult], max_iters: int) -> str:
         first = {rid: b.get(0, False) for rid, b in r.by_iteration.items()}
         gained = sorted(rid for rid, ok in r.chosen.items() if ok and not first[rid])
         lost = sorted(rid for rid, ok in r.chosen.items() if not ok and first[rid])
-        note = f"{name}: gained {len(gained)} ({', '.join(gained) or '-'}), lost {len(lost)} "
+        shown = [f"{rid}*" if rid in r.first_cut else rid for rid in gained]
+        note = f"{name}: gained {len(gained)} ({', '.join(shown) or '-'}), lost {len(lost)} "
         note += f"({', '.join(lost) or '-'})"
+        if any(rid in r.first_cut for rid in gained):
+            note += " (* its output is an answer of iteration 0 cut off at max_tokens and "
+            note += "asked again: a gain of the choice, not of a refinement)"
         if r.own_tests[1]:
             note += f"; the chosen outputs' own tests pass {r.own_tests[0]}/{r.own_tests[1]}"
         if r.stop_reasons:

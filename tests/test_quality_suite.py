@@ -174,6 +174,46 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
     assert tallies["again"].gained == ["rle"] and tallies["again"].lost == []
 
 
+@pytest.mark.anyio
+async def test_a_gain_from_a_cut_off_answer_of_iteration_0_is_marked(tmp_path: Path) -> None:
+    """Iteration 0's first answer, right, is cut off in its tests and asked again; the
+    answer asked again is wrong, and no refinement is asked. The output is the cut-off
+    answer (it gets more of the request's examples right): the quality table counts a gain
+    against iteration 0 (its answer is the one asked again) and marks it as no
+    refinement's; choose_again counts it the same way."""
+    from pipeline.client import Completion
+
+    wrong = "def run_length_encode(s):\n    return [(c, 1) for c in s]"
+    tests = "assert run_length_encode('aab') == [('a', 2), ('b', 1)]\nassert run_length_encode("
+    cut = Completion(
+        fenced(SOLUTIONS["rle"], tests).removesuffix("\n```"), 100, 1024, 0.5, 1,
+        finish_reason="length", model="fake-model",
+    )  # fmt: skip
+    client = ScriptedClient(
+        [cut, fenced(wrong, "assert run_length_encode('ab') == [('a', 1), ('b', 1)]")]
+    )
+    row = next(r for r in SUITE if r["id"] == "rle")
+    job = dataclasses.replace(load_job("code-improve"), score_threshold=None, retry_copy=False)
+    outcome = await refine_record(Record("rle", 1, row), job, client, RecordingSink(), Policy(0))
+    assert client.script == []
+    line = outcome.output_line()
+    assert (line["output"], line["chosen_step"]) == (SOLUTIONS["rle"].strip(), 0)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
+    quality = quality_script()
+    scored = quality.score_code_run(run_dir, HIDDEN)
+    assert (scored.by_iteration, scored.chosen, scored.first_cut) == (
+        {"rle": {0: False}}, {"rle": True}, frozenset({"rle"})
+    )  # fmt: skip
+    assert "gained 1 (rle*), lost 0 (-) (* its output is an answer of iteration 0 cut off" in (
+        quality.code_table({"run": scored}, 0)
+    )
+    text = choose_again_script().report(run_dir, HIDDEN, False)[0]
+    assert "chosen again from a cut-off attempt: 1 (1 of iteration 0, right where" in text
+
+
 def test_later_drafts_are_counted_by_their_place_among_their_iterations_drafts() -> None:
     """A third draft right where the two before it were wrong is a third draft righted; a
     second draft wrong after a right first is one wronged; iterations not drafted again
