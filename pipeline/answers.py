@@ -53,6 +53,7 @@ __all__ = [
     "split_tests",
     "stray_effect",
     "terms",
+    "unasked_message",
     "unasked_raise",
     "without_unfinished_test",
 ]
@@ -252,6 +253,34 @@ def unasked_raise(unit: str, errors: frozenset[str]) -> bool:
             if caught and not caught & (_PROGRAM_ERRORS | {""}) and not caught & errors:
                 return True
     return False
+
+
+def unasked_message(unit: str, texts: Sequence[str]) -> bool:
+    """Whether ``unit`` asserts the words of an error it catches (``except ValueError as
+    e:`` then ``assert str(e) == "List cannot be empty"``) that no text of the request
+    (``texts``) holds: a request that names the error to raise leaves its message open, so
+    such a test asks what it does not (the code's ``"List is empty"`` fails it)."""
+    tree = _parse(unit)
+    for node in tree.body if tree is not None else ():
+        if not isinstance(node, ast.Try):
+            continue
+        for handler in node.handlers:
+            if handler.name is None:
+                continue
+            for statement in handler.body:
+                for check in ast.walk(statement):
+                    if isinstance(check, ast.Assert) and _unstated(check.test, handler.name, texts):
+                        return True
+    return False
+
+
+def _unstated(test: ast.expr, name: str, texts: Sequence[str]) -> bool:
+    """Whether ``test`` uses the caught error ``name`` and a string no text holds."""
+    used = any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(test))
+    words = [
+        n.value for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
+    return used and any(w and not any(w in text for text in texts) for w in words)
 
 
 def must_raise(unit: str, errors: frozenset[str]) -> str:
@@ -744,12 +773,13 @@ class Terms(NamedTuple):
     in_place: bool = False
     signatures: tuple[Signature, ...] = ()
     examples: tuple[Example, ...] = ()
+    texts: tuple[str, ...] = ()  # the request's text fields, for words it states
 
 
 def terms(fields: Mapping[str, Any]) -> Terms:
     """The ``Terms`` of a record's request, read from its text fields: the names ending in
-    ``Error`` or ``Exception``, "in place" (or "in-place"), the annotated signatures and
-    the stated examples."""
+    ``Error`` or ``Exception``, "in place" (or "in-place"), the annotated signatures, the
+    stated examples and the texts themselves."""
     texts = [value for value in fields.values() if isinstance(value, str)]
     declared = tuple(sig for text in texts for sig in signatures(text))
     return Terms(
@@ -757,18 +787,21 @@ def terms(fields: Mapping[str, Any]) -> Terms:
         any(_IN_PLACE.search(text) for text in texts),
         declared,
         tuple(example for text in texts for example in stated_examples(text, declared)),
+        tuple(texts),
     )
 
 
 def asked_tests(units: Iterable[str], asked: Terms) -> list[str]:
     """The tests of ``units`` that test what the request asks: without those for an error
-    it does not name (``unasked_raise``), contradicting a signature it declares
+    it does not name (``unasked_raise``), asserting an error's words it does not state
+    (``unasked_message``), contradicting a signature it declares
     (``signatures.contradiction``) or expecting another result than an example it states
     (``examples.contradicted``)."""
     return [
         unit
         for unit in units
         if not unasked_raise(unit, asked.errors)
+        and not unasked_message(unit, asked.texts)
         and contradiction(unit, asked.signatures) is None
         and contradicted(unit, asked.examples) is None
     ]

@@ -7,6 +7,7 @@ import pytest
 from pipeline.answers import (
     TESTS_MARKER,
     Terms,
+    asked_tests,
     carry_tests,
     code_with_tests,
     comment_commentary,
@@ -24,6 +25,7 @@ from pipeline.answers import (
     split_tests,
     stray_effect,
     terms,
+    unasked_message,
     unasked_raise,
     without_unfinished_test,
 )
@@ -407,12 +409,44 @@ def test_terms_are_the_exceptions_a_request_names_and_whether_it_works_in_place(
         "tags": ["KeyError", "in place"],
     }
     assert terms(fields) == Terms(
-        frozenset({"ValueError", "DateRangeError", "TimeoutException"}), in_place=False
+        frozenset({"ValueError", "DateRangeError", "TimeoutException"}),
+        in_place=False,
+        texts=("r1", fields["task"]),
     )
-    assert terms({"task": "Sum a list of numbers."}) == Terms()
+    assert terms({"task": "Sum a list of numbers."}) == Terms(texts=("Sum a list of numbers.",))
     assert terms({"task": "Reverse the list In-place."}).in_place
     assert terms({"task": "Sort it in place."}).in_place
     assert not terms({"task": "Replace each word."}).in_place
+
+
+MEDIAN_TASK = "Write median(values). It must raise ValueError for an empty list."
+CAUGHT = "try:\n    median([])\nexcept ValueError as e:\n    assert {}\nelse:\n    assert False"
+
+
+@pytest.mark.parametrize(
+    ("check", "texts", "unasked"),
+    [
+        ('str(e) == "List cannot be empty"', (MEDIAN_TASK,), True),
+        ('"empty" in str(e).lower()', (MEDIAN_TASK,), False),  # the request's word
+        (
+            'str(e) == "List cannot be empty"',
+            (MEDIAN_TASK + ' Say "List cannot be empty".',),
+            False,
+        ),
+        ('e.args[0] == "no values"', (MEDIAN_TASK,), True),
+        ("isinstance(e, ValueError)", (MEDIAN_TASK,), False),  # no words asserted
+        ('"List cannot be empty" != ""', (MEDIAN_TASK,), False),  # not the caught error's
+    ],
+)
+def test_a_test_asserting_words_of_the_error_the_request_does_not_state_is_unasked(
+    check: str, texts: tuple[str, ...], unasked: bool
+) -> None:
+    """A request naming the error to raise leaves its message open: a test asserting the
+    caught error's words asks what it does not, unless the request states those words."""
+    unit = CAUGHT.format(check)
+    assert unasked_message(unit, texts) is unasked
+    assert (asked_tests([unit], terms({"task": texts[0]})) == []) is unasked
+    assert not unasked_message("assert median([1]) == 1", texts)
 
 
 VALUE_ERROR = Terms(frozenset({"ValueError"}))
