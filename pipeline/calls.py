@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from .answers import FAILED_TESTS
 from .records import Record
 
 __all__ = [
@@ -287,9 +288,5 @@ def is_draft(step: Step) -> bool:
     is dropped; its checks say it was cut off, and the pooled tests judge it with the
     rest). A cut-off answer of another job is prose stopped mid-sentence, never chosen."""
     if is_cut_retry(step):
-        return step.role != "feedback" and TESTS_RAN in (step.metrics or {})
+        return step.role != "feedback" and FAILED_TESTS in (step.metrics or {})
     return is_answer(step) or is_redraft(step)
-
-
-TESTS_RAN = "tests_failed"
-"""The metric an answer whose tests ran records (``answers.FAILED_TESTS``)."""

@@ -384,11 +384,10 @@ def test_a_cut_off_answer_of_a_text_job_is_never_a_candidate() -> None:
     """Only an answer whose tests ran is a candidate when cut off; prose stopped
     mid-sentence is not, nor is a cut-off feedback."""
     from pipeline.answers import FAILED_TESTS
-    from pipeline.calls import TESTS_RAN, Step, is_draft
+    from pipeline.calls import Step, is_draft
 
-    assert TESTS_RAN == FAILED_TESTS
     cut = {"type": "cut_off", "message": "asked once more"}
-    ran = {"tests_failed": [], "tests_total": 1}
+    ran = {FAILED_TESTS: [], "tests_total": 1}
 
     def step(role: Any, **kw: Any) -> Step:
         return Step(role, 0, [], "x", None, {}, 0.1, 1, error=cut, **kw)
