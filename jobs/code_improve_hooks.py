@@ -18,6 +18,7 @@ from pipeline import answers
 from pipeline.examples import contradicted, restated
 from pipeline.inplace import Change, in_place_changes
 from pipeline.pyast import parse_expression
+from pipeline.quoted import untested
 from pipeline.sandbox import TestsRun, run_calls, run_tests, syntax_problem
 from pipeline.signatures import contradiction
 
@@ -130,7 +131,8 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             + "Fix the code so that it does what the request asks; where a test expects a "
             "wrong value, correct the test instead."
         )
-    return found + _stray_effects(asked, code, [*units, *(e.test for e in asked.examples)])
+    ran = [*units, *(e.test for e in asked.examples)]
+    return found + _untested(asked, ran) + _stray_effects(asked, code, ran)
 
 
 def _contradicting(asked: answers.Terms, units: list[str]) -> list[str]:
@@ -177,6 +179,21 @@ def _unasked(asked: answers.Terms, units: list[str]) -> list[str]:
     return [
         f"Tests of an error the request does not ask for are left out: {_listed(left_out)}; "
         f"the request {asks}. Test the results it describes."
+    ]
+
+
+def _untested(asked: answers.Terms, units: list[str]) -> list[str]:
+    """A finding for the values the request quotes that no test uses (``quoted.untested``:
+    ``"01"`` where it says leading zeros are not allowed): a case it points at that the
+    code never met. ``units``: the tests that ran, the request's examples included."""
+    missing = untested(asked.quoted, units)
+    if not missing:
+        return []
+    values = " or ".join(f'"{q.value}"' for q in missing[:SHOWN_STRAY])
+    said = "; ".join(dict.fromkeys(f"`{q.said}`" for q in missing[:SHOWN_STRAY]))
+    return [
+        f"No test uses {values}, which the request quotes: {said}. Add a test of what the "
+        "request says for it, worked out by hand, and make the code do that."
     ]
 
 

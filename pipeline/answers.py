@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from .examples import Example, contradicted, stated_examples
 from .pyast import parse_module
+from .quoted import Quoted, quoted_values
 from .signatures import Signature, contradiction, signatures
 
 __all__ = [
@@ -766,20 +767,22 @@ class Terms(NamedTuple):
     """What a request allows a function besides returning a value: the exceptions it
     names ("it must raise ValueError for an empty list"), and whether it asks for work in
     place (changing the caller's list, say); the signatures it declares
-    (``signatures.signatures``: what its arguments and results are); and the examples it
-    states (``examples.stated_examples``: ``"userId" -> "user_id"``)."""
+    (``signatures.signatures``: what its arguments and results are); the examples it
+    states (``examples.stated_examples``: ``"userId" -> "user_id"``) and the values it
+    quotes (``"01" is not``)."""
 
     errors: frozenset[str] = frozenset()
     in_place: bool = False
     signatures: tuple[Signature, ...] = ()
     examples: tuple[Example, ...] = ()
     texts: tuple[str, ...] = ()  # the request's text fields, for words it states
+    quoted: tuple[Quoted, ...] = ()  # the values it quotes (``quoted.quoted_values``)
 
 
 def terms(fields: Mapping[str, Any]) -> Terms:
     """The ``Terms`` of a record's request, read from its text fields: the names ending in
     ``Error`` or ``Exception``, "in place" (or "in-place"), the annotated signatures, the
-    stated examples and the texts themselves."""
+    stated examples, the texts themselves and the values they quote."""
     texts = [value for value in fields.values() if isinstance(value, str)]
     declared = tuple(sig for text in texts for sig in signatures(text))
     return Terms(
@@ -788,6 +791,7 @@ def terms(fields: Mapping[str, Any]) -> Terms:
         declared,
         tuple(example for text in texts for example in stated_examples(text, declared)),
         tuple(texts),
+        tuple(q for text in texts for q in quoted_values(text)),
     )
 
 

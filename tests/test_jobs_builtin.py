@@ -1065,3 +1065,33 @@ def test_refine_prompts_ask_for_the_artifact_only(name: str) -> None:
     prompt = load_job(name).refine_prompt.lower()
     assert "sentences on what changed" not in prompt
     assert "only" in prompt or "nothing else" in prompt
+
+
+IPV4_TASK = (
+    "Write a Python function is_valid_ipv4(s: str) -> bool that checks whether a string is "
+    "a dotted-decimal IPv4 address: four parts separated by dots, each of digits only, "
+    'between 0 and 255, without leading zeros ("0" itself is fine, "01" is not).'
+)
+IPV4_LOOSE = (  # accepts leading zeros; every test it wrote passes
+    "def is_valid_ipv4(s):\n"
+    "    parts = s.split('.')\n"
+    "    return len(parts) == 4 and all(p.isdigit() and int(p) <= 255 for p in parts)"
+)
+IPV4_TESTS = "assert is_valid_ipv4('0.0.0.0') is True\nassert is_valid_ipv4('1.2.3') is False"
+
+
+def test_code_improve_asks_for_a_test_of_a_value_the_request_quotes() -> None:
+    """Code that passes all its tests, none of which uses the "01" the request quotes,
+    gets a finding quoting the request's words; a test using it ends the finding."""
+    found = code_improve_hooks.check({"task": IPV4_TASK}, join(IPV4_LOOSE, IPV4_TESTS))
+    assert found == [
+        'No test uses "01", which the request quotes: `...only, between 0 and 255, without '
+        'leading zeros ("0" itself is fine, "01" is not)`. Add a test of what the request '
+        "says for it, worked out by hand, and make the code do that."
+    ]
+    covered = IPV4_TESTS + "\nassert is_valid_ipv4('01.2.3.4') is False"
+    strict = IPV4_LOOSE.replace("p.isdigit()", "p.isdigit() and str(int(p)) == p")
+    assert code_improve_hooks.check({"task": IPV4_TASK}, join(strict, covered)) == []
+    # The failing test is the finding then: the quoted value is used.
+    failing = code_improve_hooks.check({"task": IPV4_TASK}, join(IPV4_LOOSE, covered))
+    assert failing and not any("quotes" in f for f in failing)
