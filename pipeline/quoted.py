@@ -62,15 +62,17 @@ def _around(text: str, start: int, end: int) -> str:
     cut_left = not ends and left > 0
     if ends:
         left = ends[-1]
-    elif cut_left:
-        left = text.find(" ", left, start) + 1 or left
+    elif cut_left:  # from the first whole word
+        space = text.find(" ", left, start)
+        left = space + 1 if space >= 0 else left
     right = min(len(text), end + AROUND_CHARS)
     stop = _SENTENCE_END.search(text, end, right)
     cut_right = stop is None and right < len(text)
     if stop is not None:
         right = stop.start()
-    elif cut_right:
-        right = text.rfind(" ", end, right) if text.rfind(" ", end, right) > end else right
+    elif cut_right:  # to the last whole word
+        space = text.rfind(" ", end, right)
+        right = space if space > end else right
     said = text[left:right].strip().rstrip(".!?")
     return ("..." if cut_left else "") + said + ("..." if cut_right else "")
 

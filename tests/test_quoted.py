@@ -34,6 +34,7 @@ def test_a_value_is_used_only_inside_a_test_string_literal() -> None:
     tests = ["assert is_valid_ipv4('0.0.0.0') is True", "assert not is_valid_ipv4('1.2.3')"]
     assert [q.value for q in untested(quoted, tests)] == ["01"]
     assert untested(quoted, [*tests, "assert is_valid_ipv4('01.2.3.4') is False"]) == []
+    assert untested(quoted, [*tests, "assert not is_valid_ipv4(f'{1}.01.3.4')"]) == []
     # A comment, a name or a test that does not parse uses nothing.
     assert [q.value for q in untested(quoted, ["assert f(1)  # '01' is invalid"])] == ["0", "01"]
     assert [q.value for q in untested(quoted, ["assert f('01'"])] == ["0", "01"]
