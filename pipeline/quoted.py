@@ -36,7 +36,7 @@ class Quoted(NamedTuple):
     """A value a request quotes, and the request's words around it."""
 
     value: str
-    said: str  # 'and without leading zeros ("0" itself is fine, "01" is not)'
+    said: str  # '...and without leading zeros ("0" itself is fine, "01" is not)'
 
 
 def quoted_values(text: str) -> tuple[Quoted, ...]:
