@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .examples import Example, contradicted, stated_examples
-from .pyast import parse_module
+from .pyast import parse_module, strings
 from .quoted import Quoted, quoted_values
 from .signatures import Signature, contradiction, signatures
 
@@ -278,10 +278,7 @@ def unasked_message(unit: str, texts: Sequence[str]) -> bool:
 def _unstated(test: ast.expr, name: str, texts: Sequence[str]) -> bool:
     """Whether ``test`` uses the caught error ``name`` and a string no text holds."""
     used = any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(test))
-    words = [
-        n.value for n in ast.walk(test) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-    ]
-    return used and any(w and not any(w in text for text in texts) for w in words)
+    return used and any(w and not any(w in text for text in texts) for w in strings(test))
 
 
 def must_raise(unit: str, errors: frozenset[str]) -> str:

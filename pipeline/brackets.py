@@ -3,12 +3,14 @@
 Requests quote code in prose (``"userId" -> "user_id"``, ``chunk(xs: list[int], n: int)``):
 reading a call, a literal or a signature out of them starts at an opening bracket or quote
 and needs the index where it ends. Brackets inside string literals do not count, and a
-string ends on its line.
+string ends on its line. The readers make curly quotes plain first (``plain_quotes``).
 """
 
 from __future__ import annotations
 
-__all__ = ["closing", "string_end"]
+__all__ = ["closing", "plain_quotes", "string_end"]
+
+_PLAIN = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 
 
 def closing(text: str, start: int, span: int | None = None) -> int | None:
@@ -48,3 +50,9 @@ def string_end(text: str, start: int, span: int | None = None) -> int | None:
             return i + 1
         i += 1
     return None
+
+
+def plain_quotes(text: str) -> str:
+    """``text`` with typographic quotes (curly double and single ones) made plain: a
+    request typed in a word processor quotes ``"userId"`` with curly quotes."""
+    return text.translate(_PLAIN)

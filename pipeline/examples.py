@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from .brackets import closing, string_end
+from .brackets import closing, plain_quotes, string_end
 from .pyast import parse_expression, parse_module
 from .signatures import Signature, fits
 
@@ -63,7 +63,6 @@ class Example(NamedTuple):
 
 # What parsing or evaluating a piece of prose as a Python literal may raise.
 _NOT_A_LITERAL = (ValueError, TypeError, SyntaxError, MemoryError, RecursionError)
-_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 _CONNECTOR = re.compile(  # either side may close or open a `code span`
     r"`?\s*(?:->|\u2192|=>|==|(?:(?:should|must|will|would)\s+)?"
     r"(?:gives?|becomes?|returns?|yields?|maps?\s+to|turns?\s+into|evaluates?\s+to|"
@@ -173,7 +172,7 @@ def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Exam
     """The examples ``text`` states (see the module's docstring), the first of each call,
     at most ``LIMIT``, read from its first ``READ_CHARS`` characters; ``declared`` are
     the signatures the request declares."""
-    text = text[:READ_CHARS].translate(_QUOTES)
+    text = plain_quotes(text[:READ_CHARS])
     by_name = {s.name: s for s in declared}
     names = set(by_name) | set(_FUNCTION.findall(text))
     alone = declared[0] if len(declared) == 1 and len(declared[0].params) == 1 else None

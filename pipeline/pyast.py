@@ -14,7 +14,7 @@ import ast
 import threading
 from typing import Any
 
-__all__ = ["literal", "parse_expression", "parse_module"]
+__all__ = ["literal", "parse_expression", "parse_module", "strings"]
 
 _LOCK = threading.Lock()
 
@@ -34,3 +34,10 @@ def parse_expression(source: str) -> ast.expr:
 def literal(source: str) -> Any:
     """``ast.literal_eval(source)`` for a string, parsed under the lock."""
     return ast.literal_eval(parse_expression(source.lstrip(" \t")))
+
+
+def strings(node: ast.AST) -> list[str]:
+    """The string constants within ``node`` (an f-string's literal parts included)."""
+    return [
+        n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]

@@ -14,12 +14,12 @@ apostrophe. A value is used when it occurs within a string literal of a test
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from .pyast import parse_module
+from .brackets import plain_quotes
+from .pyast import parse_module, strings
 
 __all__ = ["Quoted", "quoted_values", "untested"]
 
@@ -28,7 +28,6 @@ READ_CHARS = 20_000  # of a request's text, the first this many are read
 AROUND_CHARS = 70  # of the request's words, at most this many either side of a value
 
 _QUOTED = re.compile(r"\"([^\"\n]{1,40})\"")
-_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"'})
 _SENTENCE_END = re.compile(r"[.!?](?=\s)")
 
 
@@ -43,7 +42,7 @@ def quoted_values(text: str) -> tuple[Quoted, ...]:
     """The values ``text`` quotes in double quotes (the first of each, at most ``LIMIT``),
     each with the words of its sentence around it (at most ``AROUND_CHARS`` either side,
     cut at a word)."""
-    text = text[:READ_CHARS].translate(_QUOTES)
+    text = plain_quotes(text[:READ_CHARS])
     found: dict[str, Quoted] = {}
     for match in _QUOTED.finditer(text):
         value = match.group(1)
@@ -77,17 +76,12 @@ def _around(text: str, start: int, end: int) -> str:
     return ("..." if cut_left else "") + said + ("..." if cut_right else "")
 
 
-def _strings(unit: str) -> Iterable[str]:
-    """The string literals of a test (f-strings' literal parts included)."""
+def _strings(unit: str) -> list[str]:
+    """The string literals of a test; none where it does not parse."""
     try:
-        tree = parse_module(unit)
+        return strings(parse_module(unit))
     except (SyntaxError, ValueError):
-        return ()
-    return [
-        node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and isinstance(node.value, str)
-    ]
+        return []
 
 
 def untested(quoted: Sequence[Quoted], units: Iterable[str]) -> list[Quoted]:
