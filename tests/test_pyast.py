@@ -1,0 +1,66 @@
+"""Every parse of the product goes through ``pyast``'s lock, and its helpers read as said."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from pipeline import pyast
+
+PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
+
+
+def _unlocked_parses(source: str) -> list[int]:
+    """Lines of ``source`` that call ``ast.parse`` (or a bare ``parse`` imported from ast)."""
+    tree = ast.parse(source)
+    bare = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "ast"
+        for alias in node.names
+        if alias.name == "parse"
+    }
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr == "parse"
+            and isinstance(f.value, ast.Name)
+            and f.value.id == "ast"
+        ) or (isinstance(f, ast.Name) and f.id in bare):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_finder_sees_both_spellings_of_a_parse():
+    assert _unlocked_parses("import ast\nast.parse('x')\n") == [2]
+    assert _unlocked_parses("from ast import parse as p\n\np('x')\n") == [3]
+    assert _unlocked_parses("from pipeline import pyast\npyast.parse_module('x')\n") == []
+
+
+def test_no_module_parses_outside_the_lock():
+    # Worker threads parse answers at once; CPython 3.11 can fail two unlocked parses
+    # with "AST constructor recursion depth mismatch". Code the sandbox runs in its own
+    # process sits in a string, which this walk does not enter.
+    found = {
+        path.name: lines
+        for path in sorted(PIPELINE.rglob("*.py"))
+        if path.name != "pyast.py" and (lines := _unlocked_parses(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+def test_literal_reads_an_indented_value_and_refuses_code():
+    assert pyast.literal("  [1, (2, 'a')]") == [1, (2, "a")]
+    with pytest.raises(ValueError):
+        pyast.literal("f(1)")
+
+
+def test_strings_holds_every_constant_and_f_string_part():
+    node = pyast.parse_module("x = 'a'\nassert f(\"b\") == f'c{x}d'\ny = 3\n")
+    assert sorted(pyast.strings(node)) == ["a", "b", "c", "d"]
