@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .examples import Example, contradicted, stated_examples
-from .pyast import parse_module, strings
+from .pyast import parsed, strings
 from .quoted import Quoted, quoted_values
 from .signatures import Signature, contradiction, signatures
 
@@ -193,13 +193,6 @@ def split(program: str) -> tuple[str, str]:
     return code.strip("\n"), tests.strip("\n")
 
 
-def _parse(source: str) -> ast.Module | None:
-    try:
-        return parse_module(source)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-
-
 def _mentions_assert(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Assert) for n in ast.walk(node))
 
@@ -247,7 +240,7 @@ def unasked_raise(unit: str, errors: frozenset[str]) -> bool:
     top level catching only particular errors (not ``Exception``), none of them one the
     request names (``errors``; a request naming none asks for none). The request leaves
     such an input open (``second_largest(['a'])``), so the test asks what it does not."""
-    tree = _parse(unit)
+    tree = parsed(unit)
     for node in tree.body if tree is not None else ():
         if isinstance(node, ast.Try) and node.handlers:
             caught = _caught(node)
@@ -261,7 +254,7 @@ def unasked_message(unit: str, texts: Sequence[str]) -> bool:
     e:`` then ``assert str(e) == "List cannot be empty"``) that no text of the request
     (``texts``) holds: a request that names the error to raise leaves its message open, so
     such a test asks what it does not (the code's ``"List is empty"`` fails it)."""
-    tree = _parse(unit)
+    tree = parsed(unit)
     for node in tree.body if tree is not None else ():
         if not isinstance(node, ast.Try):
             continue
@@ -288,7 +281,7 @@ def must_raise(unit: str, errors: frozenset[str]) -> str:
     ``else`` that fails it when the call returns is added. ``assert CALL == SomeError`` (or
     ``SomeError(...)``, see ``raise_compared_as_value``) fails whatever the call does: it is
     replaced by that ``try``. Any other unit is returned as it is."""
-    tree = _parse(unit) if errors else None
+    tree = parsed(unit) if errors else None
     last = tree.body[-1] if tree is not None and tree.body else None
     if last is None or last.col_offset != 0:
         return unit
@@ -379,7 +372,7 @@ def _split_block(source: str, code_names: set[str], *, first: bool) -> tuple[str
     """
     if TESTS_MARKER in source:
         return split(source)
-    tree = _parse(source)
+    tree = parsed(source)
     if tree is None and first:
         return _split_unparsable(source)
     if tree is None:  # tests cut off at max_tokens, or with a syntax error: the tests in
@@ -417,7 +410,7 @@ def _split_unparsable(source: str) -> tuple[str, str]:
     then the tests', and the finding can say so); else all code."""
     lines = source.splitlines(keepends=True)
     for i, line in enumerate(lines):
-        if i and _TEST_START.match(line) and _parse("".join(lines[:i])) is not None:
+        if i and _TEST_START.match(line) and parsed("".join(lines[:i])) is not None:
             return "".join(lines[:i]).strip("\n"), "".join(lines[i:]).strip("\n")
     return source, ""
 
@@ -428,7 +421,7 @@ def code_with_tests(text: str) -> str:
     code = ""
     tests: list[str] = []
     for block in blocks:
-        tree = _parse(code)
+        tree = parsed(code)
         names = _defined(tree) if tree is not None else set()
         block_code, block_tests = _split_block(block, names, first=not code)
         if block_code and not code:
@@ -506,7 +499,7 @@ def _unrolled(tests: str, tree: ast.Module) -> str:
         else:
             out.append(text)
     result = "".join(out)
-    return result if _parse(result) is not None else tests
+    return result if parsed(result) is not None else tests
 
 
 def _parsable_prefix(tests: str) -> str | None:
@@ -515,7 +508,7 @@ def _parsable_prefix(tests: str) -> str | None:
     lines = tests.splitlines(keepends=True)
     for end in range(len(lines) - 1, 0, -1):
         prefix = "".join(lines[:end])
-        if prefix.strip() and _parse(prefix) is not None:
+        if prefix.strip() and parsed(prefix) is not None:
             return prefix
     return None
 
@@ -531,15 +524,15 @@ def split_tests(tests: str) -> list[str]:
     do not parse are cut after their last line that does (a cut-off answer); when no
     first lines parse they are one piece.
     """
-    tree = _parse(tests)
+    tree = parsed(tests)
     if tree is None:
         prefix = _parsable_prefix(tests)
         if prefix is None:
             return [tests] if tests.strip() else []
-        tests, tree = prefix, _parse(prefix)
+        tests, tree = prefix, parsed(prefix)
         assert tree is not None
     tests = _unrolled(tests, tree)
-    tree = _parse(tests)
+    tree = parsed(tests)
     assert tree is not None  # _unrolled returns source that parses
     called = {
         n.func.id
@@ -602,7 +595,7 @@ def _method_call(node: ast.ClassDef, method: str) -> str:
 
 def normalized(unit: str) -> str:
     """A test's identity across answers: its code, whatever the spacing and comments."""
-    tree = _parse(unit)
+    tree = parsed(unit)
     return ast.unparse(tree) if tree is not None else " ".join(unit.split())
 
 
@@ -713,10 +706,10 @@ def _own_calls(codes: Sequence[str], tests: Sequence[str]) -> Iterator[ast.Call]
     """Every call in ``tests`` of a function the ``codes`` define, by name."""
     names: set[str] = set()
     for code in codes:
-        tree = _parse(code)
+        tree = parsed(code)
         names |= _defined(tree) if tree is not None else set()
     for unit in tests:
-        tree = _parse(unit)
+        tree = parsed(unit)
         if tree is None:
             continue
         for node in ast.walk(tree):
@@ -847,7 +840,7 @@ def raise_compared_as_value(unit: str) -> RaiseAsValue | None:
     raises, as the test meant it to, fails either with that exception (the second passes
     only for code that returns the class itself, which no request asks for).
     """
-    tree = _parse(unit)
+    tree = parsed(unit)
     if tree is None or not tree.body or not isinstance(tree.body[-1], ast.Assert):
         return None
     test = tree.body[-1].test

@@ -14,7 +14,7 @@ import ast
 import threading
 from typing import Any
 
-__all__ = ["literal", "parse_expression", "parse_module", "strings"]
+__all__ = ["literal", "parse_expression", "parse_module", "parsed", "strings"]
 
 _LOCK = threading.Lock()
 
@@ -23,6 +23,15 @@ def parse_module(source: str) -> ast.Module:
     """``ast.parse(source)``; raises what it raises (SyntaxError, ValueError, ...)."""
     with _LOCK:
         return ast.parse(source)
+
+
+def parsed(source: str) -> ast.Module | None:
+    """``parse_module(source)``, or None where ``source`` is no module Python can parse
+    (a syntax error, a null byte, nesting too deep for the parser)."""
+    try:
+        return parse_module(source)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
 
 
 def parse_expression(source: str) -> ast.expr:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from .brackets import plain_quotes
-from .pyast import parse_module, strings
+from .pyast import parsed, strings
 
 __all__ = ["Quoted", "quoted_values", "untested"]
 
@@ -78,10 +78,8 @@ def _around(text: str, start: int, end: int) -> str:
 
 def _strings(unit: str) -> list[str]:
     """The string literals of a test; none where it does not parse."""
-    try:
-        return strings(parse_module(unit))
-    except (SyntaxError, ValueError):
-        return []
+    tree = parsed(unit)
+    return [] if tree is None else strings(tree)
 
 
 def untested(quoted: Sequence[Quoted], units: Iterable[str]) -> list[Quoted]:

@@ -64,3 +64,11 @@ def test_literal_reads_an_indented_value_and_refuses_code():
 def test_strings_holds_every_constant_and_f_string_part():
     node = pyast.parse_module("x = 'a'\nassert f(\"b\") == f'c{x}d'\ny = 3\n")
     assert sorted(pyast.strings(node)) == ["a", "b", "c", "d"]
+
+
+def test_parsed_is_none_for_what_python_cannot_parse():
+    assert isinstance(pyast.parsed("x = [1]\n"), ast.Module)
+    assert pyast.parsed("assert f(1") is None  # a syntax error
+    assert pyast.parsed("x = 1\x00") is None  # a null byte
+    assert pyast.parsed("x = " + "-" * 100_000 + "1") is None  # MemoryError in the parser
+    assert pyast.parsed("x = " + "a." * 200_000 + "b") is None  # RecursionError building ast

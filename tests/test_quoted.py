@@ -39,3 +39,9 @@ def test_a_value_is_used_only_inside_a_test_string_literal() -> None:
     assert [q.value for q in untested(quoted, ["assert f(1)  # '01' is invalid"])] == ["0", "01"]
     assert [q.value for q in untested(quoted, ["assert f('01'"])] == ["0", "01"]
     assert untested((), ["assert f(1)"]) == []
+
+
+def test_a_test_nested_too_deep_to_parse_uses_nothing() -> None:
+    quoted = quoted_values('Reject "01".')
+    deep = "assert f('01', " + "a." * 200_000 + "b)"  # RecursionError building its tree
+    assert [q.value for q in untested(quoted, [deep])] == ["01"]
