@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from .brackets import closing, plain_quotes, string_end
-from .pyast import parse_expression, parse_module
+from .pyast import parse_expression, parsed, parsed_expression
 from .signatures import Signature, fits
 
 __all__ = ["Example", "contradicted", "restated", "stated_examples"]
@@ -133,10 +133,7 @@ def _call(text: str, i: int, names: set[str]) -> tuple[str, tuple[Any, ...], int
     close = closing(text, match.end(), SPAN_CHARS)
     if close is None:
         return None
-    try:
-        node = parse_expression(text[i : close + 1])
-    except (SyntaxError, ValueError):
-        return None
+    node = parsed_expression(text[i : close + 1])
     if not isinstance(node, ast.Call) or node.keywords:
         return None
     given = [_literal_node(arg) for arg in node.args]
@@ -146,12 +143,7 @@ def _call(text: str, i: int, names: set[str]) -> tuple[str, tuple[Any, ...], int
 
 
 def _annotation(source: str) -> ast.expr | None:
-    if not source:
-        return None
-    try:
-        return parse_expression(source)
-    except (SyntaxError, ValueError):
-        return None
+    return parsed_expression(source) if source else None
 
 
 def _fitting(sig: Signature | None, args: tuple[Any, ...], value: Any) -> bool:
@@ -277,9 +269,8 @@ def restated(unit: str, examples: Sequence[Example]) -> Example | None:
 def _against(unit: str, examples: Sequence[Example], *, agreeing: bool) -> Example | None:
     if not examples:
         return None
-    try:
-        tree = parse_module(unit)
-    except (SyntaxError, ValueError):
+    tree = parsed(unit)
+    if tree is None:
         return None
     for call, other in _compared(tree):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):

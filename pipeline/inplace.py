@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 from typing import NamedTuple
 
-from .pyast import parse_module
+from .pyast import parsed
 
 __all__ = ["Change", "in_place_changes"]
 
@@ -66,9 +66,8 @@ def in_place_changes(code: str, function: str, positions: list[int]) -> list[Cha
     positional parameters at ``positions`` (1-based, as ``sandbox.run_calls`` counts them)
     in place, in line order, each once; [] when the code does not parse, the function is
     not found or nothing is (see the module's notes)."""
-    try:
-        tree = parse_module(code)
-    except (SyntaxError, ValueError):
+    tree = parsed(code)
+    if tree is None:
         return []
     node = next(
         (

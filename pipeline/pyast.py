@@ -14,9 +14,19 @@ import ast
 import threading
 from typing import Any
 
-__all__ = ["literal", "parse_expression", "parse_module", "parsed", "strings"]
+__all__ = [
+    "literal",
+    "parse_expression",
+    "parse_module",
+    "parsed",
+    "parsed_expression",
+    "strings",
+]
 
 _LOCK = threading.Lock()
+# What the parser raises for text it cannot make a tree of: a syntax error, a null byte
+# (ValueError), nesting too deep (RecursionError, or MemoryError from the tokenizer).
+_UNPARSABLE = (SyntaxError, ValueError, MemoryError, RecursionError)
 
 
 def parse_module(source: str) -> ast.Module:
@@ -30,7 +40,7 @@ def parsed(source: str) -> ast.Module | None:
     (a syntax error, a null byte, nesting too deep for the parser)."""
     try:
         return parse_module(source)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    except _UNPARSABLE:
         return None
 
 
@@ -38,6 +48,15 @@ def parse_expression(source: str) -> ast.expr:
     """The expression ``source`` is (``ast.parse(source, mode="eval").body``)."""
     with _LOCK:
         return ast.parse(source, mode="eval").body
+
+
+def parsed_expression(source: str) -> ast.expr | None:
+    """``parse_expression(source)``, or None where ``source`` is no expression Python can
+    parse (as for ``parsed``)."""
+    try:
+        return parse_expression(source)
+    except _UNPARSABLE:
+        return None
 
 
 def literal(source: str) -> Any:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .brackets import closing
-from .pyast import parse_expression, parse_module
+from .pyast import parsed, parsed_expression
 
 __all__ = ["Signature", "contradiction", "fits", "signatures"]
 
@@ -120,10 +120,10 @@ def signatures(text: str) -> tuple[Signature, ...]:
 
 def _definition(name: str, params: str, returns: str) -> ast.FunctionDef | None:
     arrow = f" -> {returns}" if returns else ""
-    try:
-        node = parse_module(f"def {name}({params}){arrow}: pass").body[0]
-    except (SyntaxError, ValueError):
+    tree = parsed(f"def {name}({params}){arrow}: pass")
+    if tree is None or not tree.body:
         return None
+    node = tree.body[0]
     return node if isinstance(node, ast.FunctionDef) else None
 
 
@@ -136,9 +136,8 @@ def contradiction(unit: str, declared: Sequence[Signature]) -> str | None:
     by_name = {s.name: s for s in declared}
     if not by_name:
         return None
-    try:
-        tree = parse_module(unit)
-    except (SyntaxError, ValueError):
+    tree = parsed(unit)
+    if tree is None:
         return None
     if any(_tests_a_raise(node) for node in ast.walk(tree)):
         return None  # a value of another kind may be the bad input whose error is asked for
@@ -225,9 +224,11 @@ def _misfit(node: ast.expr, annotation: str, *, strict: bool) -> str | None:
     """The literal ``node`` as shown, when it is of another kind than ``annotation``."""
     if not annotation:
         return None
+    expected = parsed_expression(annotation)
+    if expected is None:
+        return None
     try:
         value = ast.literal_eval(node)
-        expected = parse_expression(annotation)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
     return None if fits(value, expected, strict) else _clip(repr(value), 60)
@@ -256,10 +257,8 @@ def fits(value: Any, annotation: ast.expr, strict: bool) -> bool:
         if annotation.value is None:
             return False
         if isinstance(annotation.value, str):  # a forward reference: "list[int]"
-            try:
-                return fits(value, parse_expression(annotation.value), strict)
-            except SyntaxError:
-                return True
+            inner = parsed_expression(annotation.value)
+            return True if inner is None else fits(value, inner, strict)
         return True
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
         return fits(value, annotation.left, strict) or fits(value, annotation.right, strict)

@@ -132,6 +132,7 @@ EXAMPLES = stated_examples(SNAKE, signatures(SNAKE))
         ("assert camel_to_snake(name) == 'x'", False),  # not a literal argument
         ("assert camel_to_snake('parseHTTPResponse') != 'x'", False),
         ("assert camel_to_snake('parseHTTPResponse'", False),  # does not parse
+        ("assert camel_to_snake('parseHTTPResponse') == " + "a." * 200_000 + "b", False),
     ],
 )
 def test_a_test_expecting_another_result_for_an_example_contradicts_it(

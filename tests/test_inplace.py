@@ -63,3 +63,5 @@ def test_changes_of_the_parameters_at_the_positions_asked(
 
 def test_code_that_does_not_parse_has_none() -> None:
     assert in_place_changes("def median(values:\n    values.sort()", "median", [1]) == []
+    deep = "def median(values):\n    return " + "a." * 200_000 + "b"  # RecursionError
+    assert in_place_changes(deep, "median", [1]) == []

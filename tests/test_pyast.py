@@ -72,3 +72,11 @@ def test_parsed_is_none_for_what_python_cannot_parse():
     assert pyast.parsed("x = 1\x00") is None  # a null byte
     assert pyast.parsed("x = " + "-" * 100_000 + "1") is None  # MemoryError in the parser
     assert pyast.parsed("x = " + "a." * 200_000 + "b") is None  # RecursionError building ast
+
+
+def test_parsed_expression_is_none_for_what_python_cannot_parse():
+    assert isinstance(pyast.parsed_expression("f(1, [2])"), ast.Call)
+    assert pyast.parsed_expression("f(1") is None  # a syntax error
+    assert pyast.parsed_expression("x = 1") is None  # a statement, not an expression
+    assert pyast.parsed_expression("'a\x00'") is None  # a null byte
+    assert pyast.parsed_expression("a." * 200_000 + "b") is None  # RecursionError building ast

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
-from pipeline.signatures import Signature, contradiction, signatures
+from pipeline.signatures import Signature, contradiction, fits, signatures
 
 ISLANDS = "Write a Python function count_islands(grid: list[list[str]]) -> int that counts."
 RLE = "Write run_length_encode(s: str) -> list[tuple[str, int]] that compresses a string."
@@ -57,8 +59,9 @@ def test_signatures_are_the_annotated_functions_a_request_declares() -> None:
         ("second(nums: list[int]) -> int", "assert second([1, 'a']) == 1", "passes `[1, 'a']`"),
         # a test of a raise may pass the bad input whose error the request asks for
         (ISLANDS, 'try:\n    count_islands("1")\nexcept TypeError:\n    pass', None),
-        # values that are not literals are not judged
+        # values that are not literals are not judged, nor a test too deep to parse
         (ISLANDS, "assert count_islands(make_grid()) == 1", None),
+        (ISLANDS, "assert count_islands(" + "a." * 200_000 + "b) == 1", None),
     ],
 )
 def test_contradiction(request_text: str, unit: str, expected: str | None) -> None:
@@ -67,3 +70,10 @@ def test_contradiction(request_text: str, unit: str, expected: str | None) -> No
         assert found is None
     else:
         assert found is not None and expected in found
+
+
+def test_a_forward_reference_that_does_not_parse_fits_anything() -> None:
+    assert fits([1], ast.Constant("list[int]"), strict=False)
+    assert not fits(["a"], ast.Constant("list[int]"), strict=False)
+    for broken in ("list[int", "list[\x00]", "a." * 200_000 + "b"):
+        assert fits(["a"], ast.Constant(broken), strict=False)
