@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from quality import HIDDEN, SUITE, hidden_pass  # noqa: E402  (this folder)
+from quality import SUITE, BySuiteId, hidden_pass, load_hidden  # noqa: E402  (this folder)
 
 from pipeline.answers import (  # noqa: E402
     EXAMPLES_PASSED,
@@ -268,7 +268,9 @@ def report(
         row["id"]: row
         for row in map(orjson.loads, (run_dir / "outputs.jsonl").read_bytes().splitlines())
     }
-    requests = {row["id"]: row for row in map(orjson.loads, SUITE.read_bytes().splitlines())}
+    requests = BySuiteId(
+        {row["id"]: row for row in map(orjson.loads, SUITE.read_bytes().splitlines())}
+    )
     tallies = {rule: Tally() for rule in RULES}
     calls = copies = tokens = answers = cut_off = asked_again = 0
     drafted = Drafts()
@@ -359,7 +361,7 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         sys.exit(0 if len(sys.argv) > 1 else 2)
-    hidden = orjson.loads(HIDDEN.read_bytes())
+    hidden = load_hidden()
     totals = {rule: Tally() for rule in RULES}
     records = 0
     fixed = dict.fromkeys(CALL_KINDS, (0, 0))

@@ -19,9 +19,13 @@ and up to three conditions:
 Iteration rows are carried forward: each record contributes its latest answer at or
 before iteration t, as `refine report` computes them. Prints Markdown; --out writes it.
 
+--repeat N runs each record N times over, as records ID~1 .. ID~N (the same request,
+scored by the same hidden tests): how one request fares from run to run, at the cost of
+one run, for example `--skip 6 --records 1 --repeat 12` for the suite's ipv4 request.
+
 Usage: scripts/quality.py [--tasks code,commongen,gsm] [--models qwen2.5-coder-0.5b,...]
-                          [--records 20] [--skip 0] [--max-iters 1] [--conditions c]
-                          [--concurrency 4] [--out FILE]
+                          [--records 20] [--skip 0] [--repeat 1] [--max-iters 1]
+                          [--conditions c] [--concurrency 4] [--out FILE]
 """
 
 from __future__ import annotations
@@ -83,11 +87,39 @@ def rows(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
-def slice_records(source: Path, n: int, skip: int, dest: Path) -> Path:
-    """Records skip+1 .. skip+n of ``source``, written to ``dest``."""
+REPEAT = "~"  # ID~K: the K-th copy of record ID (--repeat)
+
+
+def slice_records(source: Path, n: int, skip: int, dest: Path, repeat: int = 1) -> Path:
+    """Records skip+1 .. skip+n of ``source``, written to ``dest``; with ``repeat`` > 1,
+    each ``repeat`` times over, one after another, as ID~1 .. ID~repeat (a record without
+    an ``id`` is named by its line number in ``source``)."""
     lines = [line for line in source.read_text().splitlines() if line.strip()][skip : skip + n]
+    if repeat > 1:
+        rows = [orjson.loads(line) for line in lines]
+        names = [str(row.get("id", skip + i + 1)) for i, row in enumerate(rows)]
+        lines = [
+            orjson.dumps({**row, "id": f"{name}{REPEAT}{k}"}).decode()
+            for row, name in zip(rows, names, strict=True)
+            for k in range(1, repeat + 1)
+        ]
     dest.write_text("\n".join(lines) + "\n")
     return dest
+
+
+class BySuiteId(dict[str, Any]):
+    """Values by the suite's record ids; a copy ID~K (--repeat) has those of ID."""
+
+    def __missing__(self, rid: str) -> Any:
+        name, mark, k = rid.rpartition(REPEAT)
+        if mark and k.isdigit() and name in self:
+            return self[name]
+        raise KeyError(rid)
+
+
+def load_hidden(path: Path = HIDDEN) -> BySuiteId:
+    """The suite's hidden tests by record id (scripts/data/code-suite-hidden-tests.json)."""
+    return BySuiteId(orjson.loads(path.read_bytes()))
 
 
 def answers_by_iteration(steps: Sequence[dict[str, Any]]) -> dict[int, str]:
@@ -238,6 +270,9 @@ def main() -> None:
     )
     parser.add_argument("--records", type=int, default=20)
     parser.add_argument("--skip", type=int, default=0, help="start after this many records")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run each record this many times (ID~1 .. ID~N)"
+    )
     parser.add_argument("--max-iters", type=int, default=2)
     parser.add_argument("--conditions", default="c")
     parser.add_argument("--concurrency", type=int, default=4)
@@ -253,14 +288,19 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "quality")
     parser.add_argument("--out", type=Path, default=None, help="also write the Markdown here")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     args.work.mkdir(parents=True, exist_ok=True)
-    hidden = orjson.loads(HIDDEN.read_bytes())
+    hidden = load_hidden()
     sections = []
     for name in args.tasks.split(","):
         task = TASKS[name]
         tag = f"{name}-{args.skip}-{args.skip + args.records}"
+        tag += f"x{args.repeat}" if args.repeat > 1 else ""
         source = args.data / task.source if not task.source.is_absolute() else task.source
-        inp = slice_records(source, args.records, args.skip, args.work / f"{tag}.jsonl")
+        inp = slice_records(
+            source, args.records, args.skip, args.work / f"{tag}.jsonl", args.repeat
+        )
         runs: dict[str, Path] = {}
         for model in args.models.split(","):
             for cond in args.conditions:
@@ -301,7 +341,9 @@ def main() -> None:
     command = "scripts/quality.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     text = (
         f"Produced by `{command.strip()}` on {time.strftime('%Y-%m-%d')}: records "
-        f"{args.skip + 1}-{args.skip + args.records}, at most {args.max_iters} refinement(s).\n\n"
+        f"{args.skip + 1}-{args.skip + args.records}"
+        + (f", each {args.repeat} times" if args.repeat > 1 else "")
+        + f", at most {args.max_iters} refinement(s).\n\n"
         + "\n".join(sections)
     )
     if args.out is not None:

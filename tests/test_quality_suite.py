@@ -101,6 +101,41 @@ def test_answers_by_iteration_takes_the_answer_that_counted() -> None:
     assert answers == {0: "v0", 1: "v1"}
 
 
+def test_repeated_records_are_copies_scored_by_the_hidden_tests_of_their_request(
+    tmp_path: Path,
+) -> None:
+    """--repeat: each record N times over as ID~1 .. ID~N, each copy scored by its
+    request's hidden tests (a right copy passes, a wrong one fails)."""
+    quality = quality_script()
+    source = tmp_path / "suite.jsonl"
+    source.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in SUITE))
+    dest = quality.slice_records(source, 2, 6, tmp_path / "slice.jsonl", repeat=3)
+    rows = [orjson.loads(line) for line in dest.read_bytes().splitlines()]
+    names = [SUITE[6]["id"], SUITE[7]["id"]]
+    assert [r["id"] for r in rows] == [f"{n}~{k}" for n in names for k in (1, 2, 3)]
+    assert [r["task"] for r in rows] == [SUITE[6]["task"]] * 3 + [SUITE[7]["task"]] * 3
+    once = quality.slice_records(source, 2, 6, tmp_path / "once.jsonl")
+    assert [orjson.loads(line)["id"] for line in once.read_bytes().splitlines()] == names
+
+    hidden = quality.load_hidden()
+    assert hidden[f"{names[0]}~12"] == HIDDEN[names[0]]
+    for unknown in ("nothing~1", f"{names[0]}~", f"{names[0]}~a", f"{names[0]}-1"):
+        with pytest.raises(KeyError):
+            hidden[unknown]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rid = names[0]
+    answers = {f"{rid}~1": SOLUTIONS[rid], f"{rid}~2": "def is_valid_ipv4(s):\n    return True"}
+    with (run_dir / "outputs.jsonl").open("wb") as out, (run_dir / "traces.jsonl").open("wb") as tr:
+        for copy, code in answers.items():
+            line = {"id": copy, "output": code, "stop_reason": "done", "chosen_step": 0}
+            out.write(orjson.dumps(line) + b"\n")
+            tr.write(orjson.dumps({"id": copy, "steps": [step("generate", 0, code)]}) + b"\n")
+    scored = quality.score_code_run(run_dir, hidden)
+    assert scored.chosen == {f"{rid}~1": True, f"{rid}~2": False}
+    assert scored.by_iteration == {f"{rid}~1": {0: True}, f"{rid}~2": {0: False}}
+
+
 def test_pass_rate_by_iteration_is_carried_forward() -> None:
     """A record that stopped early counts with its last answer in later rows."""
     carried = quality_script().carried
