@@ -52,6 +52,9 @@ A job is a TOML file::
                                 # check(fields, output) -> list of findings: problems a
                                 # program verified, merged into the feedback the refine
                                 # step sees; while any remain, the critic's done is vetoed
+                                # rewrite(findings) -> bool: whether the findings on an
+                                # answer call for [prompts] refine_failing (without it,
+                                # any finding does); False: the answer is edited instead
 
     [stop] also takes retry_copy = true: a refinement identical to its input is tried
     once more at copy_temperature (default 1.0) before the loop stops with no_change (with
@@ -66,7 +69,8 @@ A job is a TOML file::
     answer the critic sees. [prompts]
     refine_failing is asked instead of refine where the checks found problems in the
     answer being refined: for example a fresh start from those findings, without the
-    code that failed them or the critic's actions.
+    code that failed them or the critic's actions. A rewrite hook may say which findings
+    do not call for it (the answer is then edited with refine).
 """
 
 from __future__ import annotations
@@ -122,6 +126,7 @@ _JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
 
 Evaluator = Callable[[Mapping[str, Any], str], Mapping[str, Any]]
 Checker = Callable[[Mapping[str, Any], str], Sequence[str]]
+Rewriter = Callable[[Sequence[str]], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +178,8 @@ class Job:
     extract: str
     evaluator: Evaluator | None = field(default=None, compare=False)
     checker: Checker | None = field(default=None, compare=False)
+    # whether check findings call for failing_prompt (None: any finding does)
+    rewriter: Rewriter | None = field(default=None, compare=False)
     retry_copy: bool = False
     copy_temperature: float = 1.0
     copy_prompt: str | None = None  # the copy guard's retry asks this instead of refine
@@ -368,7 +375,7 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         raise JobError(src, "stop.redraft_temperature", "needs [stop] redraft = true (or a count)")
 
     digest = hashlib.sha256(raw)
-    hooks: dict[str, Any] = {"evaluate": None, "check": None}
+    hooks: dict[str, Any] = {"evaluate": None, "check": None, "rewrite": None}
     hooks_file = r.get("hooks.file", str, None)
     if hooks_file is not None:
         hooks_path = (path.parent / hooks_file).resolve()
@@ -400,6 +407,7 @@ def _parse(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         extract=extract,
         evaluator=hooks["evaluate"],
         checker=hooks["check"],
+        rewriter=hooks["rewrite"],
         retry_copy=retry_copy,
         copy_temperature=copy_temperature,
         copy_prompt=copy_prompt,

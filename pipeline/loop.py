@@ -578,7 +578,7 @@ def build_messages(
             template = job.refine_prompt
             if steps and is_copy(steps[-1]) and job.copy_prompt:
                 template = job.copy_prompt
-            elif job.failing_prompt and answers[base].checks:
+            elif job.failing_prompt and _rewrite(job, answers[base].checks):
                 template = job.failing_prompt  # the checks found problems in the answer
             prompt = render(template, values)
     messages = []
@@ -586,6 +586,19 @@ def build_messages(
         messages.append({"role": "system", "content": render(job.system_prompt, values)})
     messages.append({"role": "user", "content": prompt})
     return messages
+
+
+def _rewrite(job: Job, checks: Sequence[str] | None) -> bool:
+    """Whether the checks' findings on an answer call for ``job.failing_prompt``: any
+    finding does, unless the job's rewrite hook says these do not (a broken hook: they do)."""
+    if not checks:
+        return False
+    if job.rewriter is None:
+        return True
+    try:
+        return bool(job.rewriter(list(checks)))
+    except Exception:  # a broken hook changes which prompt is asked, never crashes a record
+        return True
 
 
 # -- the async loop ----------------------------------------------------------------------------

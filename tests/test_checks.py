@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.answers import extract
+from pipeline.answers import extract, join
 from pipeline.calls import Outcome, Step
 from pipeline.client import Completion
 from pipeline.jobs import Job, load_job
@@ -1392,3 +1392,62 @@ def test_an_answer_whose_tests_are_all_of_unasked_errors_is_told_why_they_do_not
         "Test the results it describes."
     )
     assert found[1].startswith("Add tests")
+
+
+IPV4 = Record(
+    "ip",
+    1,
+    {
+        "id": "ip",
+        "task": "Write is_valid_ipv4(s: str) -> bool: four dot-separated parts of digits, "
+        'each 0 to 255, without leading zeros ("0" itself is fine, "01" is not).',
+    },
+)
+IPV4_CODE = (
+    "def is_valid_ipv4(s):\n"
+    "    parts = s.split('.')\n"
+    "    return len(parts) == 4 and all(\n"
+    "        p.isdigit() and int(p) <= 255 and str(int(p)) == p for p in parts\n"
+    "    )"
+)
+IPV4_TESTS = "assert is_valid_ipv4('10.0.0.1') is True\nassert is_valid_ipv4('1.2.3') is False"
+
+
+def _broken(findings: Sequence[str]) -> bool:
+    raise RuntimeError("a broken hook")
+
+
+@pytest.mark.parametrize(
+    ("rewriter", "edited"),
+    [("job's", True), (None, False), (_broken, False)],
+)
+@pytest.mark.anyio
+async def test_code_whose_only_finding_is_an_untested_quoted_value_is_edited(
+    rewriter: Any, edited: bool
+) -> None:
+    """code-improve's rewrite hook: code that passes its tests, none of which uses the
+    "01" the request quotes, is edited (the code, the critic's action and the finding in
+    the refine prompt), not written afresh; without the hook, or with one that raises,
+    any finding calls for refine_failing."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    if rewriter != "job's":
+        job = dataclasses.replace(job, rewriter=rewriter)
+    assert job.checker is not None
+    found = list(job.checker(IPV4.fields, join(IPV4_CODE, IPV4_TESTS)))
+    assert len(found) == 1 and found[0].startswith('No test uses "01"')
+    covered = IPV4_TESTS + "\nassert is_valid_ipv4('01.2.3.4') is False"
+    client = ScriptedClient(
+        [
+            answer(IPV4_CODE, IPV4_TESTS),
+            critic(done=False, action="Name the parts `octets`.", score=6),
+            answer(IPV4_CODE, covered),
+            critic(done=True, score=9),
+        ]
+    )
+    outcome = await refine_record(IPV4, job, client, RecordingSink(), Policy(1))
+    assert client.script == [] and outcome.output is not None
+    prompt = client.messages[2][-1]["content"]
+    assert found[0] in prompt  # the finding reaches either prompt
+    assert (IPV4_CODE in prompt) == edited
+    assert ("Name the parts `octets`." in prompt) == edited
+    assert ("do not reuse the earlier code" in prompt) == (not edited)

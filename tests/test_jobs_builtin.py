@@ -1095,3 +1095,17 @@ def test_code_improve_asks_for_a_test_of_a_value_the_request_quotes() -> None:
     # The failing test is the finding then: the quoted value is used.
     failing = code_improve_hooks.check({"task": IPV4_TASK}, join(IPV4_LOOSE, covered))
     assert failing and not any("quotes" in f for f in failing)
+
+
+def test_code_improve_rewrites_code_with_any_finding_but_an_untested_quoted_value() -> None:
+    """Only findings that a quoted value no test uses call for an edit, not a fresh start."""
+    quoted = code_improve_hooks.check({"task": IPV4_TASK}, join(IPV4_LOOSE, IPV4_TESTS))
+    assert len(quoted) == 1 and not code_improve_hooks.rewrite(quoted)
+    failing = code_improve_hooks.check(
+        {"task": IPV4_TASK},
+        join(IPV4_LOOSE, IPV4_TESTS + "\nassert is_valid_ipv4('01.2.3.4') is False"),
+    )
+    assert failing and code_improve_hooks.rewrite(failing)
+    assert code_improve_hooks.rewrite([*quoted, *failing])
+    rewriter = load_job("code-improve").rewriter  # the job file names the hooks
+    assert rewriter is not None and not rewriter(quoted) and rewriter(failing)
