@@ -18,7 +18,7 @@ from typing import Any
 from pipeline import answers
 from pipeline.examples import contradicted, restated
 from pipeline.inplace import Change, in_place_changes
-from pipeline.pyast import parse_expression
+from pipeline.pyast import parsed_expression
 from pipeline.quoted import untested
 from pipeline.sandbox import TestsRun, run_calls, run_tests, syntax_problem
 from pipeline.signatures import contradiction
@@ -300,10 +300,7 @@ def _where_changed(code: str, changed: list[tuple[str, str]]) -> str:
     is found."""
     changes: dict[Change, None] = {}
     for call, effect in changed:
-        try:
-            node = parse_expression(call)
-        except (SyntaxError, ValueError):
-            continue
+        node = parsed_expression(call)
         positions = [int(p) for p in re.findall(r"\d+", effect)]  # "changes argument 1, 2"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             changes.update(dict.fromkeys(in_place_changes(code, node.func.id, positions)))

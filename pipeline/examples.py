@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from .brackets import closing, plain_quotes, string_end
-from .pyast import parse_expression, parsed, parsed_expression
+from .pyast import parsed, parsed_expression
 from .signatures import Signature, fits
 
 __all__ = ["Example", "contradicted", "restated", "stated_examples"]
@@ -94,11 +94,8 @@ _CALL = re.compile(r"[A-Za-z_]\w*(?=\()")
 
 def _evaluated(source: str) -> tuple[bool, Any]:
     """Whether ``source`` is a literal, and its value."""
-    try:
-        node = parse_expression(source)
-    except _NOT_A_LITERAL:
-        return False, None
-    return _literal_node(node)
+    node = parsed_expression(source)
+    return (False, None) if node is None else _literal_node(node)
 
 
 def _literal(text: str, i: int) -> tuple[Any, int] | None:

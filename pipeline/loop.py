@@ -596,7 +596,7 @@ def _rewrite(job: Job, checks: Sequence[str] | None) -> bool:
     if job.rewriter is None:
         return True
     try:
-        return bool(job.rewriter(list(checks)))
+        return bool(job.rewriter(checks))
     except Exception:  # a broken hook changes which prompt is asked, never crashes a record
         return True
 

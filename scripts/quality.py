@@ -96,11 +96,11 @@ def slice_records(source: Path, n: int, skip: int, dest: Path, repeat: int = 1) 
     an ``id`` is named by its line number in ``source``)."""
     lines = [line for line in source.read_text().splitlines() if line.strip()][skip : skip + n]
     if repeat > 1:
-        rows = [orjson.loads(line) for line in lines]
-        names = [str(row.get("id", skip + i + 1)) for i, row in enumerate(rows)]
+        records = [orjson.loads(line) for line in lines]
+        names = [str(row.get("id", skip + i + 1)) for i, row in enumerate(records)]
         lines = [
             orjson.dumps({**row, "id": f"{name}{REPEAT}{k}"}).decode()
-            for row, name in zip(rows, names, strict=True)
+            for row, name in zip(records, names, strict=True)
             for k in range(1, repeat + 1)
         ]
     dest.write_text("\n".join(lines) + "\n")
