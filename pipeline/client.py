@@ -67,6 +67,7 @@ class OpenAIClient:
         limiter: RateLimiter,
         concurrency: int = 64,
         structured: str = "json_schema",
+        grammar: bool = False,
         max_in_flight: int | None = None,
         backoff_base: float = BACKOFF_BASE_S,
         max_outage: float = MAX_OUTAGE_S,
@@ -80,7 +81,7 @@ class OpenAIClient:
         self.timeout = timeout
         self.max_retries = max_retries
         self.limiter = limiter
-        self.formats = FormatLadder(structured)
+        self.formats = FormatLadder(structured, grammar=grammar)
         self.backoff_base = backoff_base
         self.budget = budget
         self.calls = 0

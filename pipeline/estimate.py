@@ -191,7 +191,8 @@ def from_prompts(
     sampled = list(islice(_records(job, input_path, settings), prompt_records))
     if not sampled:
         raise ConfigError(f"{input_path}: no readable record to estimate from")
-    ladder = FormatLadder(settings.structured)
+    # a local critic's server enforces the schema by a grammar: it is spelled out in the prompt
+    ladder = FormatLadder(settings.structured, grammar=model_for["feedback"].startswith("local:"))
     figures: dict[str, Figures] = {}
     for scenario in SCENARIOS:
         total = _Sum()

@@ -39,8 +39,9 @@ def format_refused(status: int, message: str) -> bool:
 def without_lengths(schema: Any) -> Any:
     """``schema`` without ``maxLength``/``minLength``, which OpenAI's strict mode refuses.
 
-    llama.cpp's servers get the full schema (``json_object``): their grammar enforces
-    the lengths, which keeps a small model from repeating one phrase until max_tokens.
+    llama.cpp's servers get the full schema (``json_object``, and ``json_schema`` to a
+    ladder made with ``grammar``): their grammar enforces the lengths, which keeps a small
+    model from repeating one phrase until max_tokens.
     """
     if isinstance(schema, dict):
         return {
@@ -66,12 +67,20 @@ def schema_instruction(schema: Mapping[str, Any]) -> str:
 
 
 class FormatLadder:
-    """The run's structured-output level, shared by every call."""
+    """The run's structured-output level, shared by every call.
 
-    __slots__ = ("_votes", "level")
+    With ``grammar`` (llama.cpp's server), ``json_schema`` is enforced by a grammar built
+    from the schema: the schema goes whole, string lengths included, and is spelled out in
+    the prompt too, since such a server shows the model nothing of it. Without the field
+    names and what each should hold, a small model fills the fields it is made to write
+    with punctuation (docs/quality.md, "The critic is shown the schema").
+    """
 
-    def __init__(self, start: str = "json_schema") -> None:
+    __slots__ = ("_votes", "grammar", "level")
+
+    def __init__(self, start: str = "json_schema", *, grammar: bool = False) -> None:
         self.level = LEVELS.index(start)
+        self.grammar = grammar
         self._votes = 0
 
     @property
@@ -92,15 +101,16 @@ class FormatLadder:
                 "type": "json_schema",
                 "json_schema": {
                     "name": "feedback",
-                    "schema": without_lengths(schema),
+                    "schema": dict(schema) if self.grammar else without_lengths(schema),
                     "strict": _strict_ok(schema),
                 },
             }
-        else:
-            if LEVELS[level] == "json_object":
-                extra["response_format"] = {"type": "json_object", "schema": dict(schema)}
-            # json_object needs the word JSON in the prompt on some servers, and plain
-            # text needs the schema spelled out: both get the instruction.
+        elif LEVELS[level] == "json_object":
+            extra["response_format"] = {"type": "json_object", "schema": dict(schema)}
+        # json_object needs the word JSON in the prompt on some servers, plain text needs
+        # the schema spelled out, and a grammar shows the model nothing: all get the
+        # instruction. OpenAI shows its model the json_schema itself.
+        if LEVELS[level] != "json_schema" or self.grammar:
             sent[-1]["content"] = sent[-1]["content"] + schema_instruction(schema)
         return sent, extra
 

@@ -212,6 +212,7 @@ class _Endpoint:
     structured: str
     slots: int | None  # requests the server computes at once (a local server), else None
     provenance: dict[str, Any] | None = None  # a local model's file, SHA-256 and origin
+    grammar: bool = False  # a grammar enforces the schema, unseen by the model (a local server)
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +495,7 @@ async def _local_server(
             server.structured,
             server.parallel,
             model.provenance(),
+            server.grammar,
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -554,6 +556,7 @@ def _open_client(
         limiter=limiter or Limiter(settings.rpm, settings.tpm),
         concurrency=settings.concurrency,
         structured=endpoint.structured,
+        grammar=endpoint.grammar,
         max_in_flight=endpoint.slots,
         max_outage=settings.max_outage,
         budget=budget,

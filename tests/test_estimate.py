@@ -56,6 +56,23 @@ def test_high_counts_every_redraft_and_a_copy_retry_per_refinement(tmp_path: Pat
     assert twice.scenarios["high"].calls == 10 * (1 + 2 * (1 + 1 + 2 + 1) + 1)
 
 
+def test_a_local_critic_is_sized_with_the_schema_in_its_prompt(tmp_path: Path) -> None:
+    """The local server's critic reads the schema spelled out in its prompt (its grammar
+    shows the model nothing): each of its feedback prompts is sized with it."""
+    from pipeline.formats import schema_instruction
+    from pipeline.limits import estimate_tokens
+
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
+    local = {**MODELS, "feedback": "local:tiny"}
+    remote = from_prompts(JOB, inp, Settings(max_iters=1), PriceBook(), MODELS)
+    shown = from_prompts(JOB, inp, Settings(max_iters=1), PriceBook(), local)
+    assert JOB.feedback_schema is not None
+    each = estimate_tokens([{"role": "user", "content": schema_instruction(JOB.feedback_schema)}])
+    low = shown.scenarios["low"].prompt_tokens - remote.scenarios["low"].prompt_tokens
+    assert low == pytest.approx(10 * each, rel=0.05)  # one feedback per record, low
+    assert shown.scenarios["low"].calls == remote.scenarios["low"].calls
+
+
 def test_scaled_to_the_input_from_its_first_records(tmp_path: Path) -> None:
     """Prompts of the first records are scaled to every input line (and to --limit)."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(100))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.formats import FORMAT_VOTES, FormatLadder, format_refused
+from pipeline.formats import FORMAT_VOTES, FormatLadder, format_refused, schema_instruction
 
 SCHEMA = {
     "type": "object",
@@ -29,6 +29,38 @@ def test_request_at_each_level() -> None:
     assert extra == {} and "JSON Schema" in sent[-1]["content"]
     assert MESSAGES[0]["content"] == "Review it."  # the caller's messages are not changed
     assert ladder.request(MESSAGES, None, 0) == (MESSAGES, {})
+
+
+BOUNDED = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["why", "done"],
+    "properties": {
+        "why": {"type": "string", "maxLength": 40, "description": "what is wrong, or 'fine'"},
+        "done": {"type": "boolean"},
+    },
+}
+
+
+def test_a_grammar_gets_the_whole_schema_and_the_model_sees_it_in_the_prompt() -> None:
+    """A server enforcing json_schema by a grammar (llama.cpp's) gets the string lengths,
+    and the prompt spells the schema out, field descriptions included: such a server shows
+    the model nothing of it. Other json_schema servers get neither."""
+    sent, extra = FormatLadder(grammar=True).request(MESSAGES, BOUNDED, 0)
+    assert extra["response_format"]["json_schema"]["schema"] == BOUNDED
+    assert sent[-1]["content"] == "Review it." + schema_instruction(BOUNDED)
+    assert "what is wrong, or 'fine'" in sent[-1]["content"]
+    sent, extra = FormatLadder().request(MESSAGES, BOUNDED, 0)
+    assert "maxLength" not in str(extra["response_format"]["json_schema"]["schema"])
+    assert sent == MESSAGES
+    # lower levels are as without the grammar: the instruction once, never twice
+    for level in (1, 2):
+        assert FormatLadder(grammar=True).request(
+            MESSAGES, BOUNDED, level
+        ) == FormatLadder().request(MESSAGES, BOUNDED, level)
+        sent, _ = FormatLadder(grammar=True).request(MESSAGES, BOUNDED, level)
+        assert sent[-1]["content"].count("JSON Schema") == 1
+    assert MESSAGES[0]["content"] == "Review it."
 
 
 @pytest.mark.parametrize(

@@ -248,6 +248,11 @@ class LocalServer:
     """llama-server turns ``response_format: json_schema`` into a grammar the answer
     must follow, so the client asks for it natively (and falls back from there)."""
 
+    grammar: bool = True
+    """That grammar enforces string lengths and shows the model nothing of the schema:
+    the client sends the schema whole and spells it out in the prompt
+    (``formats.FormatLadder``)."""
+
     def __init__(
         self,
         model: LocalModel,

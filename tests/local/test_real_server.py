@@ -15,7 +15,7 @@ import anyio
 import orjson
 import pytest
 
-from pipeline import Settings
+from pipeline import Settings, load_job
 from pipeline.local import (
     DEFAULT_MODEL,
     MODELS,
@@ -128,3 +128,15 @@ async def test_real_local_run_parses_feedback(tmp_path: Path, default_model: Loc
     assert isinstance(trace, dict)
     feedback = [step for step in trace["steps"] if step["role"] == "feedback"]
     assert feedback and all(step["parsed"] is not None for step in feedback)
+    # The schema goes whole to the server, whose grammar holds every string to its
+    # maxLength, and is spelled out in the prompt, which the server does not show the model.
+    schema = load_job("commongen").feedback_schema
+    assert schema is not None
+    for step in feedback:
+        assert "JSON Schema" in step["messages"][-1]["content"]
+        for name, spec in schema["properties"].items():
+            if spec.get("type") == "array":
+                cap = spec["items"]["maxLength"] if spec["items"].get("type") == "string" else None
+                values = step["parsed"][name]
+                assert len(values) <= spec["maxItems"], (name, values)
+                assert cap is None or all(len(v) <= cap for v in values), (name, values)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
+from dataclasses import replace
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 
@@ -49,11 +50,8 @@ async def test_missing_server_stops_the_run_before_the_model_download(
     assert fetched == []
 
 
-@pytest.mark.anyio
-async def test_local_run_records_slots_structured_level_and_provenance(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The server gets --concurrency slots; the manifest names json_schema and the model file."""
+def _fake_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--local`` starts the fake llama-server on a tiny model file."""
     (tmp_path / "fake_llama_server.py").write_text(FAKE_SERVER)
     path = tmp_path / "tiny.gguf"
     path.write_bytes(b"GGUF" + bytes(16))
@@ -63,6 +61,14 @@ async def test_local_run_records_slots_structured_level_and_provenance(
     monkeypatch.setattr(local, "check_llama_cpp", lambda: Path(program[1]))
     monkeypatch.setattr(local, "resolve_model", lambda name: model)
     monkeypatch.setattr(local, "LocalServer", functools.partial(LocalServer, program=program))
+
+
+@pytest.mark.anyio
+async def test_local_run_records_slots_structured_level_and_provenance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server gets --concurrency slots; the manifest names json_schema and the model file."""
+    _fake_local(tmp_path, monkeypatch)
     (tmp_path / "in.jsonl").write_text("")  # no records: the run starts, writes, stops
     summary = await arun(
         "commongen",
@@ -109,3 +115,42 @@ async def test_embedded_model_is_recorded_and_priced_as_local() -> None:
     assert sent and set(sent) == {"tiny"}
     assert comp.model == "local:tiny"
     assert budget.total() == 0.0  # the embedded model costs nothing, not an unknown price
+
+
+@pytest.mark.anyio
+async def test_the_local_critic_is_shown_the_schema_its_grammar_enforces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local server's client sends json_schema whole, string lengths included (its grammar
+    enforces them), and spells the schema out in the prompt, which the server does not."""
+    from pipeline.budget import Budget
+    from pipeline.jobs import load_job
+    from pipeline.prices import PriceBook
+    from pipeline.runner import _local_server, _open_client
+    from pipeline.settings import resolve
+    from pipeline.testing.simulator import SimConfig, Simulator
+
+    _fake_local(tmp_path, monkeypatch)
+    schema = load_job("code-improve").feedback_schema
+    assert schema is not None
+    async with _local_server(None, tmp_path, 2) as endpoint:
+        assert endpoint.structured == "json_schema"
+        with Simulator(SimConfig(models=("tiny",))) as sim:
+            client = _open_client(
+                replace(endpoint, urls=(sim.url,)), resolve(Settings(), 1), None,
+                Budget(None, PriceBook()),
+            )  # fmt: skip
+            try:
+                comp = await client.complete(
+                    [{"role": "user", "content": "Review it."}],
+                    schema=schema, temperature=0.0, max_tokens=400,
+                )  # fmt: skip
+            finally:
+                await client.aclose()
+            body = sim.requests[-1].body
+    sent = body["response_format"]["json_schema"]["schema"]
+    assert sent["properties"]["correctness"]["maxLength"] == 400
+    prompt = body["messages"][-1]["content"]
+    assert prompt.startswith("Review it.") and "JSON Schema" in prompt
+    assert "what the code gets wrong for the request" in prompt  # the field's description
+    assert comp.messages is not None and comp.messages[-1]["content"] == prompt  # as traced
