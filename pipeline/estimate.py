@@ -38,7 +38,7 @@ from .local.registry import DEFAULT_MODEL as DEFAULT_LOCAL
 from .loop import build_messages
 from .prices import PriceBook, price_book
 from .records import Record, count_records, read_records
-from .settings import Settings
+from .settings import LOCAL_PREFIX, Settings
 
 __all__ = [
     "SCENARIOS",
@@ -192,7 +192,8 @@ def from_prompts(
     if not sampled:
         raise ConfigError(f"{input_path}: no readable record to estimate from")
     # a local critic's server enforces the schema by a grammar: it is spelled out in the prompt
-    ladder = FormatLadder(settings.structured, grammar=model_for["feedback"].startswith("local:"))
+    local = model_for["feedback"].startswith(LOCAL_PREFIX + ":")
+    ladder = FormatLadder(settings.structured, grammar=local)
     figures: dict[str, Figures] = {}
     for scenario in SCENARIOS:
         total = _Sum()
