@@ -17,7 +17,9 @@ contradicting the request's signature or its examples, and how many answers get 
 request's examples right (and how many of those, and of the others, pass the hidden
 tests), and how often a refinement of code failing the hidden tests passes them, by the
 prompt it answered (an edit showing that code, a fresh start from the findings without it,
-the copy guard's retry); given several runs, the totals over all of them.
+the copy guard's retry), and what the critic wrote (feedbacks with a blank ``correctness``,
+the answers it accepts, right or wrong, with findings or without, the loops it stopped);
+given several runs, the totals over all of them.
 
 With ``--recheck``, every answer is first checked again by this checkout's hooks (its
 tests split and run as this checkout would, its findings and pooled tests with them):
@@ -202,6 +204,76 @@ class Drafts:
 
 _ORDINAL = {2: "second", 3: "third"}
 
+# A critic's `correctness` this short says nothing (")", ",,": a field its grammar made it
+# write without knowing what belongs there; docs/quality.md, "The critic is shown the schema")
+BLANK_FIELD, BLANK_CHARS = "correctness", 8
+CRITIC_STOPS = frozenset({"done", "score_threshold"})  # stop reasons that are the critic's
+
+
+@dataclass
+class Critic:
+    """The critic's feedbacks in runs: how many, unparsed, with a blank ``correctness``,
+    their prompt tokens; how many of the answers they judge (right or wrong on the hidden
+    tests, with or without findings of their own) they accept (``done`` or a score at the
+    job's threshold); and the loops it stopped, of all."""
+
+    feedbacks: int = 0
+    unparsed: int = 0
+    blank: int = 0
+    prompt_tokens: int = 0
+    judged: Counter[str] = field(default_factory=Counter)  # "right, clean" -> answers
+    accepted: Counter[str] = field(default_factory=Counter)
+    loops: int = 0
+    stopped: int = 0
+
+    def add(
+        self, steps: Sequence[Step], passes: Mapping[int, bool], stop: str | None, job: Job
+    ) -> None:
+        answer_at = {s.iteration: i for i, s in enumerate(steps) if is_answer(s)}
+        for step in steps:
+            if step.role != "feedback":
+                continue
+            self.feedbacks += 1
+            self.prompt_tokens += step.usage.get("prompt_tokens", 0)
+            if step.parsed is None:
+                self.unparsed += 1
+                continue
+            self.blank += len(str(step.parsed.get(BLANK_FIELD, "")).strip()) < BLANK_CHARS
+            i = answer_at.get(step.iteration)
+            if i is None or i not in passes:
+                continue
+            kind = (
+                f"{'right' if passes[i] else 'wrong'}, {'flagged' if steps[i].checks else 'clean'}"
+            )
+            self.judged[kind] += 1
+            score = step.parsed.get(job.score_field) if job.score_field else None
+            self.accepted[kind] += step.parsed.get(job.done_field) is True or (
+                job.score_threshold is not None
+                and isinstance(score, int | float)
+                and score >= job.score_threshold
+            )
+        self.loops += 1
+        self.stopped += stop in CRITIC_STOPS
+
+    def merge(self, other: Critic) -> None:
+        for name in ("feedbacks", "unparsed", "blank", "prompt_tokens", "loops", "stopped"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.judged.update(other.judged)
+        self.accepted.update(other.accepted)
+
+    def text(self) -> str:
+        parsed = self.feedbacks - self.unparsed
+        mean = round(self.prompt_tokens / self.feedbacks) if self.feedbacks else 0
+        kinds = ("right, clean", "wrong, clean", "right, flagged", "wrong, flagged")
+        accepted = ", ".join(f"{k} {self.accepted[k]}/{self.judged[k]}" for k in kinds)
+        return (
+            f"critic: {self.feedbacks} feedbacks ({self.unparsed} unparsed), `{BLANK_FIELD}` "
+            f"under {BLANK_CHARS} characters in {self.blank} of {parsed} parsed, prompts of "
+            f"{mean} tokens on average; answers it accepts (right or wrong on the hidden "
+            f"tests, clean or flagged by their checks): {accepted}; loops it stopped: "
+            f"{self.stopped} of {self.loops}"
+        )
+
 
 # The prompt a refinement answered: one showing the code it refines (the refine prompt's
 # edit), the copy guard's retry, or a fresh start from the findings without that code
@@ -259,10 +331,11 @@ def _fixes_text(tally: Mapping[str, tuple[int, int]]) -> str:
 
 def report(
     run_dir: Path, hidden: dict[str, list[str]], recheck: bool = False
-) -> tuple[str, dict[str, Tally], int, dict[str, tuple[int, int]], Drafts, list[int]]:
+) -> tuple[str, dict[str, Tally], int, dict[str, tuple[int, int]], Drafts, list[int], Critic]:
     """The run's line, its tallies by way of choosing (see RULES), its number of records,
-    its refinements of failing code by prompt (right, tried), its later drafts and how
-    many outputs chosen again are a cut-off attempt (and of iteration 0, gaining)."""
+    its refinements of failing code by prompt (right, tried), its later drafts, how
+    many outputs chosen again are a cut-off attempt (and of iteration 0, gaining) and its
+    critic's feedbacks."""
     job = load_job("code-improve")
     outputs = {
         row["id"]: row
@@ -279,6 +352,7 @@ def report(
     right_on_examples = [0, 0, 0]  # answers right on every example; those passing; others passing
     fixed = dict.fromkeys(CALL_KINDS, (0, 0))  # refinements of failing code: right, tried
     cut_chosen = [0, 0]  # chosen again: a cut-off attempt; one of iteration 0 that gains
+    critic = Critic()
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
@@ -303,6 +377,7 @@ def report(
         first = passes[next((i for i in sorted(passes) if is_answer(steps[i])), min(passes))]
         _add_fixes(fixed, fixes(steps, partial(_passing, dict(passes), steps, hidden[rid])))
         drafted.add(steps, passes)
+        critic.add(steps, passes, outputs[rid].get("stop_reason"), job)
         asked = terms(requests[rid])
         units = [(i, unit) for i in passes for unit in split_tests(split(steps[i].output or "")[1])]
         against |= {
@@ -352,9 +427,9 @@ def report(
         f"signature, {len(against_examples)} against its examples; {right_on_examples[0]} "
         f"answers right on all the request's examples ({right_on_examples[1]} of them pass the "
         f"hidden tests; {right_on_examples[2]} answers wrong on one pass them); refinements "
-        f"of failing code right, by prompt: {_fixes_text(fixed)}"
+        f"of failing code right, by prompt: {_fixes_text(fixed)}; {critic.text()}"
     )
-    return text, tallies, n, fixed, drafted, cut_chosen
+    return text, tallies, n, fixed, drafted, cut_chosen, critic
 
 
 def main() -> None:
@@ -367,10 +442,14 @@ def main() -> None:
     fixed = dict.fromkeys(CALL_KINDS, (0, 0))
     drafted = Drafts()
     cut_chosen = [0, 0]
+    critic = Critic()
     recheck = "--recheck" in sys.argv[1:]
     runs = [arg for arg in sys.argv[1:] if arg != "--recheck"]
     for arg in runs:
-        text, tallies, n, run_fixed, run_drafted, run_cut = report(Path(arg), hidden, recheck)
+        text, tallies, n, run_fixed, run_drafted, run_cut, run_critic = report(
+            Path(arg), hidden, recheck
+        )
+        critic.merge(run_critic)
         cut_chosen = [a + b for a, b in zip(cut_chosen, run_cut, strict=True)]
         print(text, flush=True)
         records += n
@@ -389,6 +468,7 @@ def main() -> None:
         )
         print(f"  refinements of failing code right, by prompt: {_fixes_text(fixed)}")
         print(f"  {drafted.text()}")
+        print(f"  {critic.text()}")
 
 
 if __name__ == "__main__":

@@ -188,17 +188,22 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
     run_dir.mkdir()
     (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
     (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
-    text, tallies, n, fixed, _, _ = choose_again_script().report(run_dir, HIDDEN, recheck)
+    text, tallies, n, fixed, _, _, _ = choose_again_script().report(run_dir, HIDDEN, recheck)
     # the first draft right, the second and third wrong; one test against the request's
     # signature, one against its example ("the empty string gives []"); the right draft
-    # alone gets both of the request's examples right
+    # alone gets both of the request's examples right; the critic judged iteration 0's
+    # answer and iteration 1's (its last draft, wrong), each with failing tests
     assert text.endswith(
         "later drafts: 2 (second 1, third 1); right where every earlier draft of their "
         "iteration was wrong: second 0, third 0; wrong where the draft before was right: 1; "
         "1 distinct tests against the request's signature, 1 against its examples; 1 answers "
         "right on all the request's examples (1 of them pass the hidden tests; 0 answers "
         "wrong on one pass them); refinements of failing code right, by prompt: edit 0/0, "
-        "fresh start 1/3, copy retry 0/0"
+        "fresh start 1/3, copy retry 0/0; critic: 2 feedbacks (0 unparsed), `correctness` "
+        "under 8 characters in 2 of 2 parsed, prompts of 100 tokens on average; answers it "
+        "accepts (right or wrong on the hidden tests, clean or flagged by their checks): "
+        "right, clean 0/0, wrong, clean 0/0, right, flagged 0/0, wrong, flagged 0/2; loops it "
+        "stopped: 0 of 1"
     )
     # the three drafts start afresh from the failing draft's findings: the first right
     assert fixed == {"edit": (0, 0), "fresh start": (1, 3), "copy retry": (0, 0)}
@@ -276,6 +281,47 @@ def test_later_drafts_are_counted_by_their_place_among_their_iterations_drafts()
         "later drafts: 3 (second 2, third 1); right where every earlier draft of their "
         "iteration was wrong: second 0, third 1; wrong where the draft before was right: 1"
     )
+
+
+def test_the_critic_is_tallied_by_what_it_wrote_and_what_it_accepted() -> None:
+    """A feedback whose ``correctness`` says nothing is blank; an answer is accepted by
+    ``done`` or a score at the job's threshold, and counted as right or wrong on the
+    hidden tests and clean or flagged by its own checks; an unparsed feedback judges
+    nothing; a loop the critic stopped is counted by its stop reason."""
+    script = choose_again_script()
+    job = load_job("code-improve")
+    assert job.score_threshold == 10
+
+    def answer(t: int, checks: list[str]) -> Step:
+        role: Any = "generate" if t == 0 else "refine"
+        return Step(role, t, [], "", None, {}, 0.0, 1, output=f"v{t}", checks=checks)
+
+    def feedback(t: int, parsed: dict[str, Any] | None, prompt: int) -> Step:
+        usage = {"prompt_tokens": prompt}
+        return Step("feedback", t, [], "", parsed, usage, 0.0, 1)
+
+    steps = [
+        answer(0, []),  # wrong, clean: accepted by done under a blank correctness
+        feedback(0, {"correctness": ",,", "score": 3, "done": True}, 100),
+        answer(1, ["Failing test ..."]),  # right, flagged: accepted by its score
+        feedback(1, {"correctness": "The empty string is not handled.", "score": 10}, 200),
+        answer(2, []),  # right, clean: not accepted
+        feedback(2, {"correctness": "fine, but slow", "score": 9, "done": False}, 300),
+        answer(3, []),
+        feedback(3, None, 400),  # unparsed: judges nothing
+    ]
+    critic = script.Critic()
+    critic.add(steps, {0: False, 2: True, 4: True, 6: True}, "done", job)
+    critic.add(steps[:2], {0: True}, "max_iters", job)
+    assert (critic.feedbacks, critic.unparsed, critic.blank) == (5, 1, 2)
+    assert critic.judged == {"wrong, clean": 1, "right, flagged": 1, "right, clean": 2}
+    assert critic.accepted == {"wrong, clean": 1, "right, flagged": 1, "right, clean": 1}
+    assert (critic.loops, critic.stopped) == (2, 1)
+    assert critic.text().endswith(
+        "right, clean 1/2, wrong, clean 1/1, right, flagged 1/1, wrong, flagged 0/0; "
+        "loops it stopped: 1 of 2"
+    )
+    assert "prompts of 220 tokens on average" in critic.text()  # 1,100 over 5
 
 
 def test_refinements_of_failing_code_are_told_apart_by_the_prompt_they_answered() -> None:
