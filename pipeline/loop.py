@@ -376,7 +376,8 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     tests least often do what the request does not ask (raise such an error, sort the
     caller's list while returning a median, where it does not ask for work in place: a
     request that says nothing of its arguments is no word against changing them), and
-    when none passes them all, the earliest of those is chosen: a refinement
+    when none passes them all, the one behaving as the most distinct drafts do on those
+    calls, the earliest of those (``_most_agreed``), is chosen: a refinement
     replaces an earlier answer only on what running them showed, never on a critic's
     score alone, nor on passing its own checks (which it may do by dropping the tests it
     failed). Among the rest, those that pass the job's checks are candidates; when none
@@ -415,7 +416,8 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
             fewest = min(stray[i] for i in kept)
             kept = [i for i in kept if stray[i] == fewest]
         if most < total:  # no answer passes every test written: the tests decide, not the critic
-            return answers[kept[0]], scores[kept[0]], by_iteration
+            pick = _most_agreed(answers, kept)
+            return answers[pick], scores[pick], by_iteration
     kept = _uncut(answers, kept)
     passing = [i for i in kept if answers[i].checks == []]
     candidates = passing or _most_tests_passed(answers, kept)
@@ -440,6 +442,22 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     if best is None:
         return answers[candidates[-1]], None, by_iteration
     return answers[best], scores[best], by_iteration
+
+
+def _most_agreed(answers: Sequence[Step], kept: Sequence[int]) -> int:
+    """Of ``kept`` (tied on what running them showed), the answer whose behaviour on the
+    calls near the tests the most distinct programs among all the drafts share, the
+    earliest of those; the earliest where no behaviour was recorded. Drafts written apart
+    that agree on what they return are likelier right than one alone (a wrong answer is
+    wrong in its own way); a copy of an answer is one program, not a second vote."""
+    behaviour = _behaviour(answers)
+    if behaviour is None:
+        return kept[0]
+    programs: dict[str, set[str]] = {}
+    for a, digest in zip(answers, behaviour, strict=True):
+        if digest is not None and a.output is not None:
+            programs.setdefault(digest, set()).add(artifacts.normalized(artifacts.split(a.output)[0]))
+    return max(kept, key=lambda i: (len(programs.get(behaviour[i] or "", ())), -i))
 
 
 def _uncut(answers: Sequence[Step], kept: list[int]) -> list[int]:

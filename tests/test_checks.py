@@ -638,6 +638,38 @@ async def test_when_no_answer_passes_every_pooled_test_a_tie_keeps_the_earlier_a
 
 
 @pytest.mark.anyio
+async def test_a_tie_on_the_pooled_tests_goes_to_the_behaviour_most_drafts_share() -> None:
+    """Wrong code ties on the pooled tests with two refinements written apart that compute
+    the same sums (none passes every test: each answer wrote one the others fail): the
+    earlier of those two is the output, however the critic scores them, the draft being
+    alone in what it returns. A copy is one program, not a second vote: the last answer
+    hands the third back, and in the tie test above a copy does not outvote the draft."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    swapped = "def add(a, b):\n    return b + a"
+    swapped_tests = "assert add(1, 2) == 3\nassert add(3, 3) == 0"  # the second is wrong
+    outcome, _ = await loop(
+        job,
+        [
+            answer(LESS_THAN, "assert add(1, 2) == 3\nassert add(2, 2) == 5"),
+            critic(done=False, score=9),
+            answer(ADD, "assert add(1, 2) == 3\nassert add(5, 1) == 6"),
+            critic(done=False, score=3),
+            answer(swapped, swapped_tests),
+            critic(done=False, score=3),
+            answer(swapped, swapped_tests),  # identical: the loop stops
+        ],
+    )
+    answers = [outcome.steps[i] for i in (0, 2, 4, 6)]
+    assert [a.output for a in answers].count(answers[2].output) == 2
+    # the pool: add(1,2)==3, add(2,2)==5, add(5,1)==6, add(3,3)==0; none passes it all
+    assert counts(answers[-1].metrics) == {"total": 4, "passed": [2, 2, 2, 2]}
+    behaviour = (answers[-1].metrics or {})["tests_pooled"]["behaviour"]
+    assert behaviour[1] == behaviour[2] == behaviour[3] != behaviour[0]
+    line = outcome.output_line()
+    assert (line["chosen_iteration"], line["output"]) == (1, ADD)
+
+
+@pytest.mark.anyio
 async def test_a_refinement_that_drops_the_test_it_fails_does_not_win_a_tie() -> None:
     """A refinement that passes its own checks only because it left out the test it fails
     ties with the draft on the pooled tests: the draft stays the output."""
