@@ -456,7 +456,9 @@ def _most_agreed(answers: Sequence[Step], kept: Sequence[int]) -> int:
     programs: dict[str, set[str]] = {}
     for a, digest in zip(answers, behaviour, strict=True):
         if digest is not None and a.output is not None:
-            programs.setdefault(digest, set()).add(artifacts.normalized(artifacts.split(a.output)[0]))
+            programs.setdefault(digest, set()).add(
+                artifacts.normalized(artifacts.split(a.output)[0])
+            )
     return max(kept, key=lambda i: (len(programs.get(behaviour[i] or "", ())), -i))
 
 
