@@ -6,8 +6,9 @@ exactly what this checkout would have written for the same answers (the pooled t
 made before they were recorded are run here, as the loop now runs them). For each RUN_DIR
 (from ``scripts/quality.py --tasks code --work DIR``) prints the hidden tests passed at
 iteration 0, by the run's own output, by the output chosen again, chosen again without the
-request's stated examples (the same steps without their metric), by the previous rule (the
-same steps without the pooled-tests metric) and by the best answer of each record (what a
+request's stated examples (the same steps without their metric), chosen again without the
+rule that keeps out an answer failing a test an earlier answer passed, by the previous rule
+(the same steps without the pooled-tests metric) and by the best answer of each record (what a
 reader knowing the hidden tests would pick), the requests gained and lost against
 iteration 0, the calls (copy retries among them) and tokens it used, how many answers ran
 into max_tokens (and how many attempts cut off there were asked again), the later drafts
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import orjson
 
@@ -46,6 +48,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from quality import SUITE, BySuiteId, hidden_pass, load_hidden  # noqa: E402  (this folder)
 
+from pipeline import loop  # noqa: E402
 from pipeline.answers import (  # noqa: E402
     EXAMPLES_PASSED,
     FAILED_TESTS,
@@ -110,6 +113,14 @@ def without(steps: list[Step], key: str = POOLED_TESTS) -> list[Step]:
     ]
 
 
+def chosen_unbroken(steps: Sequence[Step], job: Job) -> Step | None:
+    """The answer ``chosen`` would pick were no answer kept out for failing a test an
+    earlier answer passed (the rule read alone: where the earlier answer's test is wrong, it
+    keeps a right refinement out)."""
+    with mock.patch.object(loop, "_breaks_passed_tests", return_value=set()):
+        return chosen(steps, job)[0]
+
+
 def _passes(passes: Mapping[int, bool], steps: Sequence[Step], step: Step | None) -> bool:
     """Whether the chosen ``step`` (one of ``steps``) passes the hidden tests."""
     return step is not None and passes.get(next(i for i, s in enumerate(steps) if s is step), False)
@@ -146,12 +157,13 @@ class Tally:
 
 
 # iteration 0, the run's own output, chosen again, chosen again without the request's
-# examples, the previous rule, the best answer
-RULES = ("first", "output", "again", "no_examples", "previous", "best")
+# examples, without the rule on broken tests, the previous rule, the best answer
+RULES = ("first", "output", "again", "no_examples", "unbroken", "previous", "best")
 SHOWN = {
     "output": "the run's output",
     "again": "chosen again",
     "no_examples": "without the request's examples",
+    "unbroken": "without the rule on tests passed before",
     "previous": "the previous rule (no pooled tests)",
     "best": "the best answer of each record",
 }
@@ -409,6 +421,7 @@ def report(
             "output": out is not None and hidden_pass(out, hidden[rid]),
             "again": _passes(passes, steps, again),
             "no_examples": _passes(passes, unexampled, chosen(unexampled, job)[0]),
+            "unbroken": _passes(passes, steps, chosen_unbroken(steps, job)),
             "previous": _passes(passes, bare, chosen(bare, job)[0]),
             "best": any(passes.values()),
         }

@@ -254,6 +254,50 @@ async def test_a_gain_from_a_cut_off_answer_of_iteration_0_is_marked(tmp_path: P
     assert "chosen again from a cut-off attempt: 1 (1 of iteration 0, right where" in text
 
 
+@pytest.mark.anyio
+async def test_choosing_without_the_rule_on_tests_passed_before_is_counted_apart(
+    tmp_path: Path,
+) -> None:
+    """Iteration 0's wrong code passes a wrong test of its own; the refinement, right, fails
+    that test and passes more of the pooled tests. The loop keeps the refinement out (it
+    fails a test an earlier answer passed): chosen again, iteration 0's wrong code; without
+    that rule, the refinement, gained against iteration 0."""
+    wrong = (
+        "def is_balanced(s):\n    return sum(c in '([{' for c in s) == sum(c in ')]}' for c in s)"
+    )
+    first_tests = "assert is_balanced('()') == True\nassert is_balanced('(]') == True"
+    right_tests = (
+        "assert is_balanced('()') == True\nassert is_balanced(')(') == False\n"
+        "assert is_balanced('([)]') == False"
+    )
+    critic = '{{"actions": ["fix"], "score": {}, "done": false}}'
+    client = ScriptedClient(
+        [
+            fenced(wrong, first_tests),
+            critic.format(3),
+            fenced(SOLUTIONS["balanced"], right_tests),
+            critic.format(9),
+        ]
+    )
+    row = next(r for r in SUITE if r["id"] == "balanced")
+    job = dataclasses.replace(
+        load_job("code-improve"), score_threshold=None, retry_copy=False, redraft=0
+    )
+    outcome = await refine_record(
+        Record("balanced", 1, row), job, client, RecordingSink(), Policy(1)
+    )
+    assert client.script == [] and outcome.chosen_iteration == 0
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
+    (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
+    text, tallies, *_ = choose_again_script().report(run_dir, HIDDEN, False)
+    assert [tallies[rule].passed for rule in ("first", "again", "unbroken", "best")] == [
+        0, 0, 1, 1,
+    ]  # fmt: skip
+    assert "without the rule on tests passed before 1/1, gained 1 (balanced), lost 0" in text
+
+
 def test_later_drafts_are_counted_by_their_place_among_their_iterations_drafts() -> None:
     """A third draft right where the two before it were wrong is a third draft righted; a
     second draft wrong after a right first is one wronged; iterations not drafted again
