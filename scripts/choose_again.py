@@ -157,7 +157,7 @@ class Tally:
 
 
 # iteration 0, the run's own output, chosen again, chosen again without the request's
-# examples, without the rule on broken tests, the previous rule, the best answer
+# examples, without the rule on tests passed before, the previous rule, the best answer
 RULES = ("first", "output", "again", "no_examples", "unbroken", "previous", "best")
 SHOWN = {
     "output": "the run's output",
