@@ -11,7 +11,9 @@ rule that keeps out an answer failing a test an earlier answer passed, by the pr
 (the same steps without the pooled-tests metric) and by the best answer of each record (what a
 reader knowing the hidden tests would pick), the requests gained and lost against
 iteration 0, the calls (copy retries among them) and tokens it used, how many answers ran
-into max_tokens (and how many attempts cut off there were asked again), the later drafts
+into max_tokens (and how many attempts cut off there were asked again), the answers the
+rule on tests passed before kept out (how many of them right, in how many records, and how
+many of those records are chosen right anyway), the later drafts
 of refinements drafted again (how many were right where every earlier draft of their
 iteration was wrong, how many wrong where the one before was right), the distinct tests
 contradicting the request's signature or its examples, and how many answers get all the
@@ -216,6 +218,41 @@ class Drafts:
 
 _ORDINAL = {2: "second", 3: "third"}
 
+
+@dataclass
+class KeptOut:
+    """The answers the rule on tests passed before keeps out (each fails a test an earlier
+    answer of its record passed), how many of them pass the hidden tests, the records with
+    such a right answer and how many of those are chosen right anyway."""
+
+    answers: int = 0
+    right: int = 0
+    records: int = 0
+    chosen_right: int = 0
+
+    def add(self, steps: Sequence[Step], passes: Mapping[int, bool], again: bool) -> None:
+        """One record's steps; ``passes``: whether each draft (by its index) passes;
+        ``again``: whether the answer chosen again does."""
+        drafts = sorted(passes)  # the drafts in the order the loop reads them
+        out = [drafts[k] for k in loop._breaks_passed_tests([steps[i] for i in drafts])]
+        right = sum(passes[i] for i in out)
+        self.answers += len(out)
+        self.right += right
+        self.records += right > 0
+        self.chosen_right += right > 0 and again
+
+    def merge(self, other: KeptOut) -> None:
+        for name in ("answers", "right", "records", "chosen_right"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def text(self) -> str:
+        return (
+            f"kept out by the rule on tests passed before: {self.answers} answers "
+            f"({self.right} right; {self.records} records with a right one, "
+            f"{self.chosen_right} of them chosen right anyway)"
+        )
+
+
 # A critic's `correctness` this short says nothing (")", ",,": a field its grammar made it
 # write without knowing what belongs there; docs/quality.md, "The critic is shown the schema")
 BLANK_FIELD, BLANK_CHARS = "correctness", 8
@@ -343,11 +380,13 @@ def _fixes_text(tally: Mapping[str, tuple[int, int]]) -> str:
 
 def report(
     run_dir: Path, hidden: dict[str, list[str]], recheck: bool = False
-) -> tuple[str, dict[str, Tally], int, dict[str, tuple[int, int]], Drafts, list[int], Critic]:
+) -> tuple[
+    str, dict[str, Tally], int, dict[str, tuple[int, int]], Drafts, list[int], Critic, KeptOut
+]:
     """The run's line, its tallies by way of choosing (see RULES), its number of records,
     its refinements of failing code by prompt (right, tried), its later drafts, how
-    many outputs chosen again are a cut-off attempt (and of iteration 0, gaining) and its
-    critic's feedbacks."""
+    many outputs chosen again are a cut-off attempt (and of iteration 0, gaining), its
+    critic's feedbacks and the answers the rule on tests passed before kept out."""
     job = load_job("code-improve")
     outputs = {
         row["id"]: row
@@ -365,6 +404,7 @@ def report(
     fixed = dict.fromkeys(CALL_KINDS, (0, 0))  # refinements of failing code: right, tried
     cut_chosen = [0, 0]  # chosen again: a cut-off attempt; one of iteration 0 that gains
     critic = Critic()
+    kept_out = KeptOut()
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
@@ -427,6 +467,7 @@ def report(
         }
         for rule in RULES:
             tallies[rule].add(rid, now[rule], first)
+        kept_out.add(steps, passes, now["again"])
     n = len(outputs)
     shown = "; ".join(f"{SHOWN[rule]} {tallies[rule].text(n)}" for rule in RULES[1:])
     text = (
@@ -436,13 +477,14 @@ def report(
         + (f" ({asked_again} more cut off and asked again)" if asked_again else "")
         + f"; chosen again from a cut-off attempt: {cut_chosen[0]} ({cut_chosen[1]} of "
         "iteration 0, right where its answer is wrong: a gain no refinement made)"
+        + f"; {kept_out.text()}"
         + f"; {drafted.text()}; {len(against)} distinct tests against the request's "
         f"signature, {len(against_examples)} against its examples; {right_on_examples[0]} "
         f"answers right on all the request's examples ({right_on_examples[1]} of them pass the "
         f"hidden tests; {right_on_examples[2]} answers wrong on one pass them); refinements "
         f"of failing code right, by prompt: {_fixes_text(fixed)}; {critic.text()}"
     )
-    return text, tallies, n, fixed, drafted, cut_chosen, critic
+    return text, tallies, n, fixed, drafted, cut_chosen, critic, kept_out
 
 
 def main() -> None:
@@ -456,13 +498,15 @@ def main() -> None:
     drafted = Drafts()
     cut_chosen = [0, 0]
     critic = Critic()
+    kept_out = KeptOut()
     recheck = "--recheck" in sys.argv[1:]
     runs = [arg for arg in sys.argv[1:] if arg != "--recheck"]
     for arg in runs:
-        text, tallies, n, run_fixed, run_drafted, run_cut, run_critic = report(
+        text, tallies, n, run_fixed, run_drafted, run_cut, run_critic, run_kept_out = report(
             Path(arg), hidden, recheck
         )
         critic.merge(run_critic)
+        kept_out.merge(run_kept_out)
         cut_chosen = [a + b for a, b in zip(cut_chosen, run_cut, strict=True)]
         print(text, flush=True)
         records += n
@@ -480,6 +524,7 @@ def main() -> None:
             "iteration 0, right where its answer is wrong)"
         )
         print(f"  refinements of failing code right, by prompt: {_fixes_text(fixed)}")
+        print(f"  {kept_out.text()}")
         print(f"  {drafted.text()}")
         print(f"  {critic.text()}")
 

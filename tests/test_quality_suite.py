@@ -188,7 +188,7 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
     run_dir.mkdir()
     (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
     (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
-    text, tallies, n, fixed, _, _, _ = choose_again_script().report(run_dir, HIDDEN, recheck)
+    text, tallies, n, fixed, *_ = choose_again_script().report(run_dir, HIDDEN, recheck)
     # the first draft right, the second and third wrong; one test against the request's
     # signature, one against its example ("the empty string gives []"); the right draft
     # alone gets both of the request's examples right; the critic judged iteration 0's
@@ -261,7 +261,8 @@ async def test_choosing_without_the_rule_on_tests_passed_before_is_counted_apart
     """Iteration 0's wrong code passes a wrong test of its own; the refinement, right, fails
     that test and passes more of the pooled tests. The loop keeps the refinement out (it
     fails a test an earlier answer passed): chosen again, iteration 0's wrong code; without
-    that rule, the refinement, gained against iteration 0."""
+    that rule, the refinement, gained against iteration 0. The refinement is counted among
+    the answers the rule kept out, right, in a record not chosen right."""
     wrong = (
         "def is_balanced(s):\n    return sum(c in '([{' for c in s) == sum(c in ')]}' for c in s)"
     )
@@ -296,6 +297,10 @@ async def test_choosing_without_the_rule_on_tests_passed_before_is_counted_apart
         0, 0, 1, 1,
     ]  # fmt: skip
     assert "without the rule on tests passed before 1/1, gained 1 (balanced), lost 0" in text
+    assert (
+        "kept out by the rule on tests passed before: 1 answers (1 right; 1 records with a "
+        "right one, 0 of them chosen right anyway)" in text
+    )
 
 
 def test_later_drafts_are_counted_by_their_place_among_their_iterations_drafts() -> None:
