@@ -36,10 +36,10 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, cast
 from unittest import mock
 
 import orjson
@@ -128,8 +128,21 @@ def _passes(passes: Mapping[int, bool], steps: Sequence[Step], step: Step | None
     return step is not None and passes.get(next(i for i, s in enumerate(steps) if s is step), False)
 
 
+class Summed:
+    """A tally whose fields all add up over runs: ``merge`` adds another's, field by field
+    (a Counter's counts by ``update``, a number or a list by ``+``)."""
+
+    def merge(self, other: Self) -> None:
+        for f in fields(cast(Any, self)):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, Counter):
+                mine.update(theirs)  # adds; ``+`` would drop counts of 0
+            else:
+                setattr(self, f.name, mine + theirs)
+
+
 @dataclass
-class Tally:
+class Tally(Summed):
     """Hidden-test passes of one way of choosing, with the requests gained and lost."""
 
     passed: int = 0
@@ -142,11 +155,6 @@ class Tally:
             self.gained.append(rid)
         if at_0 and not now:
             self.lost.append(rid)
-
-    def merge(self, other: Tally) -> None:
-        self.passed += other.passed
-        self.gained += other.gained
-        self.lost += other.lost
 
     def text(self, n: int, named: bool = True) -> str:
         def ids(rids: list[str]) -> str:
@@ -172,7 +180,7 @@ SHOWN = {
 
 
 @dataclass
-class Drafts:
+class Drafts(Summed):
     """The later drafts of refinements drafted again (``is_redraft``), by their place among
     their iteration's drafts (2: the second): how many were made, how many passed the hidden
     tests where every earlier draft of their iteration failed them, and how many failed
@@ -199,11 +207,6 @@ class Drafts:
                     self.righted[place] += 1
                 self.wronged += passes[drafts[k - 1]] and not now
 
-    def merge(self, other: Drafts) -> None:
-        self.made.update(other.made)  # a Counter's update adds
-        self.righted.update(other.righted)
-        self.wronged += other.wronged
-
     def text(self) -> str:
         places = sorted(self.made)
         made = ", ".join(f"{_ORDINAL.get(p, f'{p}th')} {self.made[p]}" for p in places)
@@ -220,7 +223,7 @@ _ORDINAL = {2: "second", 3: "third"}
 
 
 @dataclass
-class KeptOut:
+class KeptOut(Summed):
     """The answers the rule on tests passed before keeps out (each fails a test an earlier
     answer of its record passed), how many of them pass the hidden tests, the records with
     such a right answer and how many of those are chosen right anyway."""
@@ -241,10 +244,6 @@ class KeptOut:
         self.records += right > 0
         self.chosen_right += right > 0 and again
 
-    def merge(self, other: KeptOut) -> None:
-        for name in ("answers", "right", "records", "chosen_right"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
     def text(self) -> str:
         return (
             f"kept out by the rule on tests passed before: {self.answers} answers "
@@ -260,7 +259,7 @@ CRITIC_STOPS = frozenset({"done", "score_threshold"})  # stop reasons that are t
 
 
 @dataclass
-class Critic:
+class Critic(Summed):
     """The critic's feedbacks in runs: how many, unparsed, with a blank ``correctness``,
     their prompt tokens; how many of the answers they judge (right or wrong on the hidden
     tests, with or without findings of their own) they accept (``done`` or a score at the
@@ -303,12 +302,6 @@ class Critic:
             )
         self.loops += 1
         self.stopped += stop in CRITIC_STOPS
-
-    def merge(self, other: Critic) -> None:
-        for name in ("feedbacks", "unparsed", "blank", "prompt_tokens", "loops", "stopped"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.judged.update(other.judged)
-        self.accepted.update(other.accepted)
 
     def text(self) -> str:
         parsed = self.feedbacks - self.unparsed

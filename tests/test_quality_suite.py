@@ -332,6 +332,34 @@ def test_later_drafts_are_counted_by_their_place_among_their_iterations_drafts()
     )
 
 
+def test_tallies_of_several_runs_add_up_field_by_field() -> None:
+    """Over several runs every count adds: numbers and lists of requests by ``+``, a
+    Counter's counts by place (a count of 0 kept, as the text lists every place made)."""
+    script = choose_again_script()
+    tally, other = script.Tally(1, ["a"], []), script.Tally(2, ["b"], ["c"])
+    tally.merge(other)
+    assert (tally.passed, tally.gained, tally.lost) == (3, ["a", "b"], ["c"])
+    drafts = script.Drafts()
+    drafts.made.update({2: 1})
+    drafts.righted[2] = 0
+    more = script.Drafts(wronged=1)
+    more.made.update({2: 2, 3: 1})
+    drafts.merge(more)
+    assert (drafts.made, drafts.wronged) == ({2: 3, 3: 1}, 1)
+    assert 2 in drafts.righted  # still listed, at 0
+    kept = script.KeptOut(1, 1, 1, 0)
+    kept.merge(script.KeptOut(2, 0, 0, 0))
+    assert dataclasses.astuple(kept) == (3, 1, 1, 0)
+    critic = script.Critic(feedbacks=2, loops=1)
+    critic.judged["right, clean"] = 1
+    other_critic = script.Critic(feedbacks=1, stopped=1)
+    other_critic.judged["right, clean"] = 2
+    other_critic.accepted["wrong, clean"] = 1
+    critic.merge(other_critic)
+    assert (critic.feedbacks, critic.loops, critic.stopped) == (3, 1, 1)
+    assert (critic.judged, critic.accepted) == ({"right, clean": 3}, {"wrong, clean": 1})
+
+
 def test_the_critic_is_tallied_by_what_it_wrote_and_what_it_accepted() -> None:
     """A feedback whose ``correctness`` says nothing is blank; an answer is accepted by
     ``done`` or a score at the job's threshold, and counted as right or wrong on the
