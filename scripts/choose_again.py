@@ -128,17 +128,30 @@ def _passes(passes: Mapping[int, bool], steps: Sequence[Step], step: Step | None
     return step is not None and passes.get(next(i for i, s in enumerate(steps) if s is step), False)
 
 
+def added(mine: Any, theirs: Any) -> Any:
+    """``theirs`` added to ``mine``: a tally by its ``merge``, a Counter's counts by
+    ``update`` (``+`` would drop counts of 0), a dict key by key and a tuple item by item,
+    a number or a list by ``+``. A tally or a Counter is added to in place and returned."""
+    if isinstance(mine, Summed):
+        mine.merge(theirs)
+    elif isinstance(mine, Counter):
+        mine.update(theirs)
+    elif isinstance(mine, dict):
+        return {key: added(mine[key], theirs[key]) for key in mine}
+    elif isinstance(mine, tuple):
+        return tuple(added(a, b) for a, b in zip(mine, theirs, strict=True))
+    else:
+        return mine + theirs
+    return mine
+
+
 class Summed:
     """A tally whose fields all add up over runs: ``merge`` adds another's, field by field
-    (a Counter's counts by ``update``, a number or a list by ``+``)."""
+    (by ``added``)."""
 
     def merge(self, other: Self) -> None:
         for f in fields(cast(Any, self)):
-            mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            if isinstance(mine, Counter):
-                mine.update(theirs)  # adds; ``+`` would drop counts of 0
-            else:
-                setattr(self, f.name, mine + theirs)
+            setattr(self, f.name, added(getattr(self, f.name), getattr(other, f.name)))
 
 
 @dataclass
@@ -362,24 +375,33 @@ def _passing(known: dict[int, bool], steps: Sequence[Step], tests: list[str], i:
     return known[i]
 
 
-def _add_fixes(into: dict[str, tuple[int, int]], tally: Mapping[str, tuple[int, int]]) -> None:
-    for kind, (right, tried) in tally.items():
-        into[kind] = (into[kind][0] + right, into[kind][1] + tried)
-
-
 def _fixes_text(tally: Mapping[str, tuple[int, int]]) -> str:
     return ", ".join(f"{kind} {right}/{tried}" for kind, (right, tried) in tally.items())
 
 
+@dataclass
+class Figures(Summed):
+    """What one run adds up to (several runs, by ``merge``)."""
+
+    records: int = 0
+    tallies: dict[str, Tally] = field(default_factory=lambda: {rule: Tally() for rule in RULES})
+    fixed: dict[str, tuple[int, int]] = field(  # refinements of failing code: right, tried
+        default_factory=lambda: dict.fromkeys(CALL_KINDS, (0, 0))
+    )
+    drafted: Drafts = field(default_factory=lambda: Drafts())
+    cut_chosen: tuple[int, int] = (0, 0)  # chosen again: cut off; of iteration 0, gaining
+    critic: Critic = field(default_factory=lambda: Critic())
+    kept_out: KeptOut = field(default_factory=lambda: KeptOut())
+
+
 def report(
     run_dir: Path, hidden: dict[str, list[str]], recheck: bool = False
-) -> tuple[
-    str, dict[str, Tally], int, dict[str, tuple[int, int]], Drafts, list[int], Critic, KeptOut
-]:
-    """The run's line, its tallies by way of choosing (see RULES), its number of records,
-    its refinements of failing code by prompt (right, tried), its later drafts, how
-    many outputs chosen again are a cut-off attempt (and of iteration 0, gaining), its
-    critic's feedbacks and the answers the rule on tests passed before kept out."""
+) -> tuple[str, Figures]:
+    """The run's line and its figures: its tallies by way of choosing (see RULES), its
+    number of records, its refinements of failing code by prompt (right, tried), its later
+    drafts, how many outputs chosen again are a cut-off attempt (and of iteration 0,
+    gaining), its critic's feedbacks and the answers the rule on tests passed before kept
+    out."""
     job = load_job("code-improve")
     outputs = {
         row["id"]: row
@@ -388,16 +410,18 @@ def report(
     requests = BySuiteId(
         {row["id"]: row for row in map(orjson.loads, SUITE.read_bytes().splitlines())}
     )
-    tallies = {rule: Tally() for rule in RULES}
+    figures = Figures()
+    tallies, drafted, critic, kept_out = (
+        figures.tallies,
+        figures.drafted,
+        figures.critic,
+        figures.kept_out,
+    )
     calls = copies = tokens = answers = cut_off = asked_again = 0
-    drafted = Drafts()
     against: set[tuple[str, str]] = set()  # tests contradicting the request's signature
     against_examples: set[tuple[str, str]] = set()  # ... or an example it states
     right_on_examples = [0, 0, 0]  # answers right on every example; those passing; others passing
-    fixed = dict.fromkeys(CALL_KINDS, (0, 0))  # refinements of failing code: right, tried
-    cut_chosen = [0, 0]  # chosen again: a cut-off attempt; one of iteration 0 that gains
-    critic = Critic()
-    kept_out = KeptOut()
+    cut_chosen = [0, 0]
     for raw in (run_dir / "traces.jsonl").read_bytes().splitlines():
         line = orjson.loads(raw)
         rid = line["id"]
@@ -420,7 +444,9 @@ def report(
         }
         # iteration 0 as scripts/quality.py counts it: its answer, not a cut-off attempt
         first = passes[next((i for i in sorted(passes) if is_answer(steps[i])), min(passes))]
-        _add_fixes(fixed, fixes(steps, partial(_passing, dict(passes), steps, hidden[rid])))
+        figures.fixed = added(
+            figures.fixed, fixes(steps, partial(_passing, dict(passes), steps, hidden[rid]))
+        )
         drafted.add(steps, passes)
         critic.add(steps, passes, outputs[rid].get("stop_reason"), job)
         asked = terms(requests[rid])
@@ -461,7 +487,8 @@ def report(
         for rule in RULES:
             tallies[rule].add(rid, now[rule], first)
         kept_out.add(steps, passes, now["again"])
-    n = len(outputs)
+    n = figures.records = len(outputs)
+    figures.cut_chosen = (cut_chosen[0], cut_chosen[1])
     shown = "; ".join(f"{SHOWN[rule]} {tallies[rule].text(n)}" for rule in RULES[1:])
     text = (
         f"{run_dir}: iteration 0 {tallies['first'].passed}/{n}; {shown}; "
@@ -475,9 +502,9 @@ def report(
         f"signature, {len(against_examples)} against its examples; {right_on_examples[0]} "
         f"answers right on all the request's examples ({right_on_examples[1]} of them pass the "
         f"hidden tests; {right_on_examples[2]} answers wrong on one pass them); refinements "
-        f"of failing code right, by prompt: {_fixes_text(fixed)}; {critic.text()}"
+        f"of failing code right, by prompt: {_fixes_text(figures.fixed)}; {critic.text()}"
     )
-    return text, tallies, n, fixed, drafted, cut_chosen, critic, kept_out
+    return text, figures
 
 
 def main() -> None:
@@ -485,41 +512,27 @@ def main() -> None:
         print(__doc__)
         sys.exit(0 if len(sys.argv) > 1 else 2)
     hidden = load_hidden()
-    totals = {rule: Tally() for rule in RULES}
-    records = 0
-    fixed = dict.fromkeys(CALL_KINDS, (0, 0))
-    drafted = Drafts()
-    cut_chosen = [0, 0]
-    critic = Critic()
-    kept_out = KeptOut()
+    totals = Figures()
     recheck = "--recheck" in sys.argv[1:]
     runs = [arg for arg in sys.argv[1:] if arg != "--recheck"]
     for arg in runs:
-        text, tallies, n, run_fixed, run_drafted, run_cut, run_critic, run_kept_out = report(
-            Path(arg), hidden, recheck
-        )
-        critic.merge(run_critic)
-        kept_out.merge(run_kept_out)
-        cut_chosen = [a + b for a, b in zip(cut_chosen, run_cut, strict=True)]
+        text, figures = report(Path(arg), hidden, recheck)
         print(text, flush=True)
-        records += n
-        _add_fixes(fixed, run_fixed)
-        drafted.merge(run_drafted)
-        for rule in RULES:
-            totals[rule].merge(tallies[rule])
+        totals.merge(figures)
     if len(runs) > 1:
+        records, cut_chosen = totals.records, totals.cut_chosen
         print(f"all {len(runs)} runs, {records} request-runs:")
         for rule in RULES[1:]:
-            print(f"  {SHOWN[rule]}: {totals[rule].text(records, named=False)}")
-        print(f"  (iteration 0: {totals['first'].passed}/{records})")
+            print(f"  {SHOWN[rule]}: {totals.tallies[rule].text(records, named=False)}")
+        print(f"  (iteration 0: {totals.tallies['first'].passed}/{records})")
         print(
             f"  chosen again from a cut-off attempt: {cut_chosen[0]} ({cut_chosen[1]} of "
             "iteration 0, right where its answer is wrong)"
         )
-        print(f"  refinements of failing code right, by prompt: {_fixes_text(fixed)}")
-        print(f"  {kept_out.text()}")
-        print(f"  {drafted.text()}")
-        print(f"  {critic.text()}")
+        print(f"  refinements of failing code right, by prompt: {_fixes_text(totals.fixed)}")
+        print(f"  {totals.kept_out.text()}")
+        print(f"  {totals.drafted.text()}")
+        print(f"  {totals.critic.text()}")
 
 
 if __name__ == "__main__":

@@ -188,7 +188,8 @@ async def test_choose_again_scores_the_draft_the_loop_chose(tmp_path: Path, rech
     run_dir.mkdir()
     (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
     (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
-    text, tallies, n, fixed, *_ = choose_again_script().report(run_dir, HIDDEN, recheck)
+    text, figures = choose_again_script().report(run_dir, HIDDEN, recheck)
+    tallies, n, fixed = figures.tallies, figures.records, figures.fixed
     # the first draft right, the second and third wrong; one test against the request's
     # signature, one against its example ("the empty string gives []"); the right draft
     # alone gets both of the request's examples right; the critic judged iteration 0's
@@ -292,7 +293,8 @@ async def test_choosing_without_the_rule_on_tests_passed_before_is_counted_apart
     run_dir.mkdir()
     (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
     (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
-    text, tallies, *_ = choose_again_script().report(run_dir, HIDDEN, False)
+    text, figures = choose_again_script().report(run_dir, HIDDEN, False)
+    tallies = figures.tallies
     assert [tallies[rule].passed for rule in ("first", "again", "unbroken", "best")] == [
         0, 0, 1, 1,
     ]  # fmt: skip
@@ -358,6 +360,20 @@ def test_tallies_of_several_runs_add_up_field_by_field() -> None:
     critic.merge(other_critic)
     assert (critic.feedbacks, critic.loops, critic.stopped) == (3, 1, 1)
     assert (critic.judged, critic.accepted) == ({"right, clean": 3}, {"wrong, clean": 1})
+    # a run's figures: the tallies inside them added the same way, key by key and item by item
+    figures = script.Figures(records=2, cut_chosen=(1, 0), critic=critic)
+    figures.tallies["again"] = tally
+    figures.fixed["edit"] = (1, 2)
+    run = script.Figures(records=3, cut_chosen=(2, 1), kept_out=kept)
+    run.tallies["again"].merge(script.Tally(1, [], ["d"]))
+    run.fixed.update({"edit": (0, 1), "fresh start": (2, 5)})
+    figures.merge(run)
+    assert (figures.records, figures.cut_chosen) == (5, (3, 1))
+    assert figures.tallies["again"] == script.Tally(4, ["a", "b"], ["c", "d"])
+    assert figures.tallies["first"] == script.Tally()
+    assert figures.fixed == {"edit": (1, 3), "fresh start": (2, 5), "copy retry": (0, 0)}
+    assert dataclasses.astuple(figures.kept_out) == (3, 1, 1, 0)
+    assert figures.critic is critic and critic.feedbacks == 3  # a tally added in place
 
 
 def test_the_critic_is_tallied_by_what_it_wrote_and_what_it_accepted() -> None:
