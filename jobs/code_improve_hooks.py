@@ -241,8 +241,9 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
     same with a character foreign to a string argument, does what the request does not
     ask for: raises an error it does not name where it names the
     ones to raise (a ``KeyError`` from a dict lookup where the request asks for a
-    ``ValueError`` on bad input), or changes an argument while returning a result (sorts
-    the caller's list) where it does not ask for work in place."""
+    ``ValueError`` on bad input), a ``NameError`` whatever it names (a name the code never
+    bound), or changes an argument while returning a result (sorts the caller's list)
+    where it does not ask for work in place."""
     calls = [*answers.probe_calls([code], units), *answers.foreign_calls([code], units)]
     results = run_calls(code, calls) or ()
     stray = [
@@ -252,6 +253,14 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
     ]
     found = []
     raised = [(call, effect) for call, effect in stray if effect.startswith("raises ")]
+    slips = [(call, effect) for call, effect in raised if _raised_name(effect) in answers.SLIPS]
+    if slips:
+        found.append(
+            f"{_examples(_where_raised(code, slips))}: the code uses a name it never defines "
+            "(a helper called under another name than its own, a module not imported). "
+            "Define it, or call the one meant."
+        )
+    raised = [(call, effect) for call, effect in raised if (call, effect) not in slips]
     if raised:
         names = " or ".join(sorted(asked.errors))
         found.append(
@@ -276,11 +285,16 @@ def _where_raised(code: str, raised: list[tuple[str, str]]) -> list[tuple[str, s
     call, run on its own, does not raise that error."""
     call, effect = raised[0]
     (why,) = run_tests(code, [call]).results or (None,)
-    error = effect.removeprefix("raises ").partition("(")[0]
+    error = _raised_name(effect)
     prefix = f"`{call}`: "
     if why is None or not why.startswith(prefix + error):
         return raised
     return [(call, "raises " + why.removeprefix(prefix)), *raised[1:]]
+
+
+def _raised_name(effect: str) -> str:
+    """The error a stray raise names (``raises RomanError(ValueError)``: ``RomanError``)."""
+    return effect.removeprefix("raises ").partition("(")[0]
 
 
 def _lookup_hint(raised: list[tuple[str, str]], names: str) -> str:

@@ -33,6 +33,7 @@ __all__ = [
     "EXTRACT_MODES",
     "FAILED_TESTS",
     "POOLED_TESTS",
+    "SLIPS",
     "TESTS_MARKER",
     "RaiseAsValue",
     "Terms",
@@ -749,6 +750,9 @@ def _foreign(arg: ast.expr) -> list[ast.expr]:
 
 
 _ERROR_NAME = re.compile(r"\b[A-Z][A-Za-z0-9_]*(?:Error|Exception)\b")
+# Errors no request asks for, whatever errors it names: a name the code uses and never
+# bound (a misspelt helper, a module not imported) is a slip in the code, not its answer.
+SLIPS = frozenset({"NameError", "UnboundLocalError"})
 _IN_PLACE = re.compile(r"\bin[- ]?place\b", re.IGNORECASE)
 _CHANGED = re.compile(r" \[argument ([0-9, ]+) changed\]$")  # see sandbox.run_calls
 
@@ -805,7 +809,9 @@ def stray_effect(call: str, result: str, asked: Terms) -> str | None:
     """What ``call`` did that its request does not ask for, from the call's
     ``sandbox.run_calls`` result: an error raised where the request names the errors to
     raise and this is none of them nor derives from one (``raises KeyError``; a class of
-    the code's own is shown with its built-in base, ``raises RomanError(ValueError)``), or
+    the code's own is shown with its built-in base, ``raises RomanError(ValueError)``), a
+    ``NameError`` whatever the request names (unless it is that: a name the code never
+    bound, as where a helper it calls is misspelt, is no answer to any request), or
     an argument changed by a call that also returned a value, where the request does not
     ask for work in place (``changes argument 1``). None when the call did neither, and
     for a call passing a literal of another kind than a signature the request declares
@@ -816,7 +822,8 @@ def stray_effect(call: str, result: str, asked: Terms) -> str | None:
     if result.startswith("raises "):
         error = result.removeprefix("raises ")
         name, _, base = error.partition("(")
-        stray = asked.errors and not {name, base.rstrip(")")} & asked.errors
+        raised = {name, base.rstrip(")")}
+        stray = not raised & asked.errors and (raised & SLIPS or asked.errors)
         return f"raises {error}" if stray else None
     changed = _CHANGED.search(result)
     if changed is None or asked.in_place or result[: changed.start()] == "None":

@@ -194,8 +194,9 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
     results on all of them), or None when the calls could not run; its stray count is how
     many of those calls, and of the same with a character foreign to a string argument
     (``answers.foreign_calls``), did what the request (its ``asked`` terms) does not ask
-    for: raised an error it does not name, changed an argument (``answers.stray_effect``; 0
-    when the calls did not run); its raised count, how many of them raised such an error.
+    for: raised an error it does not name (or a ``NameError``), changed an argument
+    (``answers.stray_effect``; 0 when the calls did not run); its raised count, how many of
+    them raised such an error.
     """
     asked = asked or artifacts.Terms()
     pool = artifacts.asked_tests(artifacts.pooled_tests(programs), asked)  # as the check does
@@ -365,9 +366,10 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     Where the request states examples (``"userId" -> "user_id"``: ``examples``), only the
     answers getting the most of them right stay. Of those, an answer that fails a test an
     earlier answer passed is never chosen (unless all of them do). Where the
-    answers carry tests, where the request names the errors to raise, those that on the
-    calls near the tests never raise another (a ``KeyError`` where it names
-    ``ValueError``) stay, if any: like its examples, that is the request's own word,
+    answers carry tests, those that on the calls near the tests never raise an error the
+    request does not name, where it names the errors to raise (a ``KeyError`` where it
+    names ``ValueError``), nor a ``NameError`` whatever it names (a name the code never
+    bound), stay, if any: like its examples, that is the request's own word,
     checked by running the code, where the pooled tests are the model's, some of them
     wrong. The rest are judged on all the tests any of them wrote (the pooled tests):
     only those passing the most of them stay (an answer cut off and asked again only where

@@ -461,6 +461,9 @@ VALUE_ERROR = Terms(frozenset({"ValueError"}))
         ("raises RomanError(Exception)", Terms(frozenset({"RomanError"})), None),
         ("raises RomanError(Exception)", VALUE_ERROR, "raises RomanError(Exception)"),
         ("raises KeyError", Terms(), None),  # the request names no error: any may be raised
+        ("raises NameError", Terms(), "raises NameError"),  # a name never bound: no answer
+        ("raises UnboundLocalError", VALUE_ERROR, "raises UnboundLocalError"),
+        ("raises NameError", Terms(frozenset({"NameError"})), None),  # unless it asks for it
         ("'raises KeyError'", VALUE_ERROR, None),  # a returned string, not a raise
         ("timeout", VALUE_ERROR, None),
         ("2 [argument 1 changed]", Terms(), "changes argument 1"),

@@ -1483,3 +1483,50 @@ async def test_code_whose_only_finding_is_an_untested_quoted_value_is_edited(
     assert (IPV4_CODE in prompt) == edited
     assert ("Name the parts `octets`." in prompt) == edited
     assert ("do not reuse the earlier code" in prompt) == (not edited)
+
+
+ISLANDS_TASK = (
+    "Write a Python function count_islands(grid: list[list[str]]) -> int that counts the "
+    'islands in a grid of "1" (land) and "0" (water), where an island is a group of land '
+    "cells connected horizontally or vertically. An empty grid has 0 islands."
+)
+SINKS_THE_GRID = (  # right, and marks the caller's grid as it goes
+    "def count_islands(grid):\n    def sink(i, j):\n"
+    "        if 0 <= i < len(grid) and 0 <= j < len(grid[i]) and grid[i][j] == '1':\n"
+    "            grid[i][j] = '0'\n"
+    "            for a, b in ((i + 1, j), (i - 1, j), (i, j + 1), (i, j - 1)):\n"
+    "                sink(a, b)\n"
+    "    count = 0\n    for i in range(len(grid)):\n        for j in range(len(grid[i])):\n"
+    "            if grid[i][j] == '1':\n                count += 1\n                sink(i, j)\n"
+    "    return count"
+)
+
+
+@pytest.mark.anyio
+async def test_an_answer_calling_a_name_it_never_bound_loses_a_tie_to_one_that_runs() -> None:
+    """The draft is right and marks the caller's grid as it goes; the refinement calls a
+    helper under a misspelt name, so that every grid with land raises NameError. Both pass
+    the empty grid's test and fail the refinement's wrong one: tied on the pooled tests,
+    the draft is chosen, though the request names no error to raise (a name the code never
+    bound is no answer to any request), and though it changes the caller's grid where the
+    refinement, raising first, does not."""
+    misspelt = SINKS_THE_GRID.replace("                sink(i, j)", "                sink_(i, j)")
+    client = ScriptedClient(
+        [
+            answer(SINKS_THE_GRID, "assert count_islands([]) == 0"),
+            critic(done=False, score=4),
+            answer(
+                misspelt,
+                "assert count_islands([]) == 0\n"
+                "assert count_islands([['1', '1'], ['0', '1']]) == 3",  # wrong: one island
+            ),
+            critic(done=True, score=9),
+        ]
+    )
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
+    record = Record("islands", 1, {"id": "islands", "task": ISLANDS_TASK})
+    outcome = await refine_record(record, job, client, RecordingSink(), Policy(1))
+    pool = (outcome.steps[2].metrics or {})["tests_pooled"]
+    assert (pool["total"], pool["passed"], pool["raised"][0]) == (2, [1, 1], 0)
+    assert pool["raised"][1] > 0 and pool["stray"][0] > 0
+    assert outcome.output_line()["chosen_iteration"] == 0

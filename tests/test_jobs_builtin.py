@@ -1109,3 +1109,32 @@ def test_code_improve_rewrites_code_with_any_finding_but_an_untested_quoted_valu
     assert code_improve_hooks.rewrite([*quoted, *failing])
     rewriter = load_job("code-improve").rewriter  # the job file names the hooks
     assert rewriter is not None and not rewriter(quoted) and rewriter(failing)
+
+
+NO_IMPORT_MEDIAN = (  # right for an odd count; an even one reaches a module never imported
+    "def median(values: list[float]) -> float:\n    s = sorted(values)\n    n = len(s)\n"
+    "    if n % 2:\n        return s[n // 2]\n"
+    "    return statistics.mean(s[n // 2 - 1 : n // 2 + 1])"
+)
+
+
+@pytest.mark.parametrize("errors", ["", " It must raise ValueError for an empty list."])
+def test_code_improve_flags_a_name_the_code_never_bound_on_a_call_near_its_tests(
+    errors: str,
+) -> None:
+    """The code's one test (an odd count) passes; a call near it with an even count raises
+    NameError, a module never imported. That is a finding whether or not the request names
+    an error to raise, and it says what a NameError means, not which error to raise."""
+    task = "Write a Python function median(values: list[float]) -> float." + errors
+    found = code_improve_hooks.check(
+        {"task": task}, join(NO_IMPORT_MEDIAN, "assert median([3, 1, 2]) == 2")
+    )
+    (finding,) = found
+    assert "raises NameError: name 'statistics' is not defined" in finding
+    assert finding.endswith(
+        ": the code uses a name it never defines (a helper called under another name than "
+        "its own, a module not imported). Define it, or call the one meant."
+    )
+    fixed = NO_IMPORT_MEDIAN.replace("def median", "import statistics\n\n\ndef median")
+    again = code_improve_hooks.check({"task": task}, join(fixed, "assert median([3, 1, 2]) == 2"))
+    assert not any("NameError" in f for f in again)
