@@ -252,15 +252,17 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
         if (effect := answers.stray_effect(call, result, asked)) is not None
     ]
     found = []
-    raised = [(call, effect) for call, effect in stray if effect.startswith("raises ")]
-    slips = [(call, effect) for call, effect in raised if _raised_name(effect) in answers.SLIPS]
+    raised: list[tuple[str, str]] = []  # errors the request does not name
+    slips: list[tuple[str, str]] = []  # names the code never bound (answers.SLIPS)
+    for call, effect in stray:
+        if effect.startswith("raises "):
+            (slips if _raised_name(effect) in answers.SLIPS else raised).append((call, effect))
     if slips:
         found.append(
             f"{_examples(_where_raised(code, slips))}: the code uses a name it never defines "
             "(a helper called under another name than its own, a module not imported). "
             "Define it, or call the one meant."
         )
-    raised = [(call, effect) for call, effect in raised if (call, effect) not in slips]
     if raised:
         names = " or ".join(sorted(asked.errors))
         found.append(

@@ -388,10 +388,10 @@ class Figures(Summed):
     fixed: dict[str, tuple[int, int]] = field(  # refinements of failing code: right, tried
         default_factory=lambda: dict.fromkeys(CALL_KINDS, (0, 0))
     )
-    drafted: Drafts = field(default_factory=lambda: Drafts())
+    drafted: Drafts = field(default_factory=Drafts)
     cut_chosen: tuple[int, int] = (0, 0)  # chosen again: cut off; of iteration 0, gaining
-    critic: Critic = field(default_factory=lambda: Critic())
-    kept_out: KeptOut = field(default_factory=lambda: KeptOut())
+    critic: Critic = field(default_factory=Critic)
+    kept_out: KeptOut = field(default_factory=KeptOut)
 
 
 def report(
