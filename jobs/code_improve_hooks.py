@@ -254,9 +254,11 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
     found = []
     raised: list[tuple[str, str]] = []  # errors the request does not name
     slips: list[tuple[str, str]] = []  # names the code never bound (answers.SLIPS)
+    changed: list[tuple[str, str]] = []  # arguments the code changed
     for call, effect in stray:
-        if effect.startswith("raises "):
-            (slips if _raised_name(effect) in answers.SLIPS else raised).append((call, effect))
+        error = answers.raised_error(effect)
+        kind = changed if error is None else slips if error.name in answers.SLIPS else raised
+        kind.append((call, effect))
     if slips:
         found.append(
             f"{_examples(_where_raised(code, slips))}: the code uses a name it never defines "
@@ -270,7 +272,6 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
             f"error to raise. Where such an input is not valid, check it and raise {names}; "
             f"where it is valid, return the result.{_lookup_hint(raised, names)}"
         )
-    changed = [(call, effect) for call, effect in stray if not effect.startswith("raises ")]
     if changed:
         found.append(
             f"{_examples(changed)}: the caller's value is changed, which the request does "
@@ -287,22 +288,17 @@ def _where_raised(code: str, raised: list[tuple[str, str]]) -> list[tuple[str, s
     call, run on its own, does not raise that error."""
     call, effect = raised[0]
     (why,) = run_tests(code, [call]).results or (None,)
-    error = _raised_name(effect)
+    error = answers.raised_error(effect)
     prefix = f"`{call}`: "
-    if why is None or not why.startswith(prefix + error):
+    if why is None or error is None or not why.startswith(prefix + error.name):
         return raised
     return [(call, "raises " + why.removeprefix(prefix)), *raised[1:]]
-
-
-def _raised_name(effect: str) -> str:
-    """The error a stray raise names (``raises RomanError(ValueError)``: ``RomanError``)."""
-    return effect.removeprefix("raises ").partition("(")[0]
 
 
 def _lookup_hint(raised: list[tuple[str, str]], names: str) -> str:
     """For a ``KeyError`` among the stray raises (a table looked up with a key it lacks),
     how to raise the named error instead."""
-    if not any(effect.startswith("raises KeyError") for _, effect in raised):
+    if not any(answers.raised_error(effect) == ("KeyError", "") for _, effect in raised):
         return ""
     return (
         " A lookup `table[key]` raises KeyError for a key the table lacks: check "

@@ -36,6 +36,7 @@ __all__ = [
     "SLIPS",
     "TESTS_MARKER",
     "RaiseAsValue",
+    "Raised",
     "Terms",
     "asked_tests",
     "carry_tests",
@@ -51,6 +52,7 @@ __all__ = [
     "pooled_tests",
     "probe_calls",
     "raise_compared_as_value",
+    "raised_error",
     "split",
     "split_tests",
     "stray_effect",
@@ -757,6 +759,24 @@ _IN_PLACE = re.compile(r"\bin[- ]?place\b", re.IGNORECASE)
 _CHANGED = re.compile(r" \[argument ([0-9, ]+) changed\]$")  # see sandbox.run_calls
 
 
+class Raised(NamedTuple):
+    """An error a call raised, as ``sandbox.run_calls`` writes it: ``raises
+    RomanError(ValueError)`` is ``Raised("RomanError", "ValueError")``, the base the built-in
+    class a class of the code's own derives from; ``raises KeyError`` has none ("")."""
+
+    name: str
+    base: str = ""
+
+
+def raised_error(result: str) -> Raised | None:
+    """The error a call's result (or its stray effect, ``stray_effect``) says it raised;
+    None for anything else (a value, ``timeout``, ``changes argument 1``)."""
+    if not result.startswith("raises "):
+        return None
+    name, _, base = result.removeprefix("raises ").partition("(")
+    return Raised(name, base.removesuffix(")"))
+
+
 class Terms(NamedTuple):
     """What a request allows a function besides returning a value: the exceptions it
     names ("it must raise ValueError for an empty list"), and whether it asks for work in
@@ -819,12 +839,11 @@ def stray_effect(call: str, result: str, asked: Terms) -> str | None:
     such a call, so a ``TypeError`` there is no error it left unnamed."""
     if contradiction(call, asked.signatures) is not None:
         return None
-    if result.startswith("raises "):
-        error = result.removeprefix("raises ")
-        name, _, base = error.partition("(")
-        raised = {name, base.rstrip(")")}
+    error = raised_error(result)
+    if error is not None:
+        raised = {error.name, error.base}
         stray = not raised & asked.errors and (raised & SLIPS or asked.errors)
-        return f"raises {error}" if stray else None
+        return result if stray else None
     changed = _CHANGED.search(result)
     if changed is None or asked.in_place or result[: changed.start()] == "None":
         return None

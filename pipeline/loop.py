@@ -232,7 +232,7 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
             for call, result in zip(probes + foreign, results or (), strict=False)
         ]
         stray.append(sum(e is not None for e in effects))
-        raised.append(sum(e is not None and e.startswith("raises ") for e in effects))
+        raised.append(sum(e is not None and artifacts.raised_error(e) is not None for e in effects))
     return {
         "total": len(pool),
         "passed": passed,

@@ -6,6 +6,7 @@ import pytest
 
 from pipeline.answers import (
     TESTS_MARKER,
+    Raised,
     Terms,
     asked_tests,
     carry_tests,
@@ -21,6 +22,7 @@ from pipeline.answers import (
     normalized,
     probe_calls,
     raise_compared_as_value,
+    raised_error,
     split,
     split_tests,
     stray_effect,
@@ -477,6 +479,22 @@ def test_stray_effect_is_what_the_request_does_not_ask_for(
     result: str, asked: Terms, stray: str | None
 ) -> None:
     assert stray_effect("f(1)", result, asked) == stray
+
+
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [
+        ("raises KeyError", Raised("KeyError")),
+        ("raises RomanError(ValueError)", Raised("RomanError", "ValueError")),
+        ("'raises KeyError'", None),  # a string the call returned
+        ("changes argument 1", None),
+        ("timeout", None),
+    ],
+)
+def test_raised_error_reads_the_error_a_call_raised_and_its_base(
+    result: str, error: Raised | None
+) -> None:
+    assert raised_error(result) == error
 
 
 def test_stray_effect_leaves_out_a_call_against_the_declared_signature() -> None:
