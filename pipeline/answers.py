@@ -706,11 +706,15 @@ def foreign_calls(
 
 
 def _own_calls(codes: Sequence[str], tests: Sequence[str]) -> Iterator[ast.Call]:
-    """Every call in ``tests`` of a function the ``codes`` define, by name."""
-    names: set[str] = set()
-    for code in codes:
-        tree = parsed(code)
-        names |= _defined(tree) if tree is not None else set()
+    """Every call in ``tests`` of a function the ``codes`` define, by name, whose arguments
+    stand alone: they read no name but Python's built-ins, the functions and classes every
+    code defines and what they bind themselves (a comprehension's variable). A call of a
+    test's own variable (``rotate(matrix)`` in a parametrized test, ``median(xs)`` after
+    ``xs = [3, 1]``) is left out: run on its own it would raise ``NameError`` whatever the
+    code does."""
+    defined = [_defined(tree) for code in codes if (tree := parsed(code)) is not None]
+    names = set().union(*defined)
+    known = set(dir(builtins)) | (set.intersection(*defined) if defined else set())
     for unit in tests:
         tree = parsed(unit)
         if tree is None:
@@ -720,8 +724,22 @@ def _own_calls(codes: Sequence[str], tests: Sequence[str]) -> Iterator[ast.Call]
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Name)
                 and node.func.id in names
+                and _free_names([*node.args, *(k.value for k in node.keywords)]) <= known
             ):
                 yield node
+
+
+def _free_names(nodes: Iterable[ast.AST]) -> set[str]:
+    """The names ``nodes`` read and do not bind themselves (as a comprehension's variable,
+    a lambda's parameter or by ``:=``)."""
+    read: set[str] = set()
+    bound: set[str] = set()
+    for node in (sub for top in nodes for sub in ast.walk(top)):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return read - bound
 
 
 def _with_argument(call: ast.Call, i: int, values: list[ast.expr]) -> list[str]:

@@ -481,6 +481,25 @@ def test_stray_effect_is_what_the_request_does_not_ask_for(
     assert stray_effect("f(1)", result, asked) == stray
 
 
+def test_probe_calls_leave_out_a_call_of_a_tests_own_variable() -> None:
+    """Calls near the tests are run alone in the code's namespace: one reading a name the
+    test binds (a parametrized test's argument, a variable) is left out; one reading only
+    built-ins, its own comprehension's variable or a class every code defines is kept."""
+    box = "class Box:\n    def __init__(self, v):\n        self.v = v\n\n\ndef f(x):\n    return x"
+    tests = [
+        "def test_f(m):\n    assert f(m) == m",
+        "xs = [3, 1]\nassert f(xs) == xs",
+        "assert f([i * 2 for i in range(3)]) == [0, 2, 4]",
+        "assert f(Box(1)).v == 1",
+        "assert f(sorted([2, 1])) == [1, 2]",
+    ]
+    calls = probe_calls([box], tests)
+    assert "f(m)" not in calls and "f(xs)" not in calls
+    assert {"f([i * 2 for i in range(3)])", "f(Box(1))", "f(sorted([2, 1]))"} <= set(calls)
+    # A class only one of the codes defines would raise NameError in the other.
+    assert "f(Box(1))" not in probe_calls([box, "def f(x):\n    return x"], tests)
+
+
 @pytest.mark.parametrize(
     ("result", "error"),
     [

@@ -1138,3 +1138,25 @@ def test_code_improve_flags_a_name_the_code_never_bound_on_a_call_near_its_tests
     fixed = NO_IMPORT_MEDIAN.replace("def median", "import statistics\n\n\ndef median")
     again = code_improve_hooks.check({"task": task}, join(fixed, "assert median([3, 1, 2]) == 2"))
     assert not any("NameError" in f for f in again)
+
+
+ROTATE = (
+    "def rotate_clockwise(matrix: list[list[int]]) -> list[list[int]]:\n"
+    "    return [list(row) for row in zip(*matrix[::-1])]"
+)
+ROTATE_TESTS = (  # a test function's own variable, as a parametrized test's would be
+    "assert rotate_clockwise([[1, 2, 3]]) == [[1], [2], [3]]\n\n\n"
+    "def test_square():\n    matrix = [[1, 2], [3, 4]]\n"
+    "    assert rotate_clockwise(matrix) == [[3, 1], [4, 2]]\n\n\ntest_square()"
+)
+
+
+def test_code_improve_finds_nothing_in_right_code_whose_test_calls_it_on_its_own_variable() -> None:
+    """`rotate_clockwise(matrix)` inside a test reads the test's variable: run alone, as a
+    call near the tests, it would raise NameError whatever the code does, which is no
+    name the code failed to define."""
+    task = (
+        "Write a Python function rotate_clockwise(matrix: list[list[int]]) -> "
+        "list[list[int]] that rotates a matrix 90 degrees clockwise."
+    )
+    assert code_improve_hooks.check({"task": task}, join(ROTATE, ROTATE_TESTS)) == []
