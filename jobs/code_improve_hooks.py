@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,8 @@ from pipeline.signatures import contradiction
 SHOWN_FAILURES = 3  # more failing tests than this are counted, not listed
 SHOWN_STRAY = 2  # calls shown doing what the request does not ask for
 UNTESTED = "No test uses "  # how the finding for a quoted value no test uses begins
+_NO_MODULE = re.compile(r"No module named '([A-Za-z_]\w*)")
+_NO_PYTEST = "NameError: name 'pytest' is not defined"
 
 
 @functools.lru_cache(maxsize=256)
@@ -108,7 +111,9 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
             return found  # nothing before the error parses: no test can run
     if not units:
         if shown is not None and shown.error is not None:
-            found.append(f"The code fails before any test runs: {shown.error}.")
+            found.append(
+                f"The code fails before any test runs: {shown.error}.{_missing(shown.error)}"
+            )
         found += _unasked(asked, written)
         found.append(
             "Add tests: a second ```python block of assert statements that call the code "
@@ -117,7 +122,7 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         return found
     assert run is not None
     if run.error is not None:
-        found.append(f"The code fails before any test runs: {run.error}.")
+        found.append(f"The code fails before any test runs: {run.error}.{_missing(run.error)}")
         return found
     failures = [(u, r) for u, r in zip(units, run.results, strict=True) if r is not None]
     if failures and shown is not None and shown.error is None:
@@ -126,7 +131,7 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         wrong = [e for e, why in zip(asked.examples, shown.results, strict=True) if why]
         failures = [(u, r) for u, r in failures if restated(u, wrong) is None]
     found += [_failing(unit, why, asked.errors) for unit, why in failures[:SHOWN_FAILURES]]
-    if failures:
+    if any(not _missing(why) for _, why in failures):  # not only tests written for pytest
         more = len(failures) - SHOWN_FAILURES
         found.append(
             (f"{more} more {'tests fail' if more > 1 else 'test fails'}. " if more > 0 else "")
@@ -336,6 +341,21 @@ def _examples(stray: list[tuple[str, str]]) -> str:
     return shown + (f" (and {more} more such call{'' if more == 1 else 's'})" if more > 0 else "")
 
 
+def _missing(error: str) -> str:
+    """For an error from a module the tests' run does not have (a third-party one, or
+    pytest used without its import), what to write instead; "" for any other error."""
+    module = _NO_MODULE.search(error)
+    name = module.group(1) if module else "pytest" if _NO_PYTEST in error else None
+    if name is None or name in sys.stdlib_module_names:
+        return ""
+    if name == "pytest":
+        return (
+            " The tests run without pytest: write each as a plain `assert` statement at the "
+            "top level (no `import pytest`, no `@pytest` decorators)."
+        )
+    return f" Only Python's standard library is there: write the code without `{name}`."
+
+
 def _failing(unit: str, why: str, errors: frozenset[str]) -> str:
     """The finding for a failing test; for one that compares a result with an exception (a
     new one cannot pass, whatever the code does; the class fails code that raises it), how
@@ -343,7 +363,7 @@ def _failing(unit: str, why: str, errors: frozenset[str]) -> str:
     check of the raise it meant (``answers.must_raise``), and the call did not raise."""
     meant = answers.raise_compared_as_value(unit)
     if meant is None:
-        return f"Failing test {why}."
+        return f"Failing test {why}.{_missing(why)}"
     call, error, instance = meant
     if error in errors:
         return (

@@ -1160,3 +1160,51 @@ def test_code_improve_finds_nothing_in_right_code_whose_test_calls_it_on_its_own
         "list[list[int]] that rotates a matrix 90 degrees clockwise."
     )
     assert code_improve_hooks.check({"task": task}, join(ROTATE, ROTATE_TESTS)) == []
+
+
+ROTATE_TASK = (
+    "Write a Python function rotate_clockwise(matrix: list[list[int]]) -> "
+    "list[list[int]] that rotates a matrix 90 degrees clockwise."
+)
+WITHOUT_PYTEST = (
+    " The tests run without pytest: write each as a plain `assert` statement at the top "
+    "level (no `import pytest`, no `@pytest` decorators)."
+)
+ROTATE_TEST = "assert rotate_clockwise([[1, 2, 3]]) == [[1], [2], [3]]"
+PARAMETRIZED = (
+    "@pytest.mark.parametrize('m, e', [([[1]], [[1]])])\n"
+    "def test_rotate(m, e):\n    assert rotate_clockwise(m) == e"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "tests", "finding"),
+    [
+        (
+            ROTATE,
+            ROTATE_TEST + "\n" + PARAMETRIZED,
+            "Failing test `@pytest.mark.parametrize('m, e', [([[1]], [[1]])])`: NameError: "
+            "name 'pytest' is not defined." + WITHOUT_PYTEST,
+        ),
+        (
+            "import pytest\n\n" + ROTATE,
+            ROTATE_TEST,
+            "The code fails before any test runs: ModuleNotFoundError: No module named "
+            "'pytest' (line 1)." + WITHOUT_PYTEST,
+        ),
+        (
+            "import numpy as np\n\n" + ROTATE,
+            ROTATE_TEST,
+            "The code fails before any test runs: ModuleNotFoundError: No module named "
+            "'numpy' (line 1). Only Python's standard library is there: write the code "
+            "without `numpy`.",
+        ),
+    ],
+)
+def test_code_improve_says_what_to_write_where_a_module_is_not_there(
+    code: str, tests: str, finding: str
+) -> None:
+    """The tests run with the standard library only: pytest used in the tests or imported,
+    or a third-party module imported by the code, is a finding that says what to write
+    instead, and right code failing only such tests is not told to fix the code."""
+    assert code_improve_hooks.check({"task": ROTATE_TASK}, join(code, tests)) == [finding]
