@@ -249,7 +249,7 @@ def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[st
     ``ValueError`` on bad input), a ``NameError`` whatever it names (a name the code never
     bound), or changes an argument while returning a result (sorts the caller's list)
     where it does not ask for work in place."""
-    calls = [*answers.probe_calls([code], units), *answers.foreign_calls([code], units)]
+    calls = [c for part in answers.near_calls([code], units) for c in part]
     results = run_calls(code, calls) or ()
     stray = [
         (call, effect)

@@ -48,6 +48,7 @@ __all__ = [
     "join",
     "meta_commentary",
     "must_raise",
+    "near_calls",
     "normalized",
     "pooled_tests",
     "probe_calls",
@@ -676,13 +677,7 @@ def probe_calls(codes: Sequence[str], tests: Sequence[str], limit: int = PROBE_L
     their ``tests`` (the pooled tests) assert: every call of the codes' own functions in
     the tests, then each of them with one literal argument changed a little (see
     ``_variants``), at most ``limit``, each once."""
-    calls: list[str] = []
-    variants: list[str] = []
-    for node in _own_calls(codes, tests):
-        calls.append(ast.unparse(node))
-        for i, arg in enumerate(node.args):
-            variants.extend(_with_argument(node, i, _variants(arg)))
-    return list(dict.fromkeys(calls + variants))[:limit]
+    return near_calls(codes, tests, limit)[0]
 
 
 def foreign_calls(
@@ -696,13 +691,24 @@ def foreign_calls(
     strings (``_variants``) shows that. Only for finding such raises
     (``stray_effect``): what code returns for such input is a behaviour no request
     fixes, so these calls do not tell two codes apart."""
-    changed = [
-        call
-        for node in _own_calls(codes, tests)
-        for i, arg in enumerate(node.args)
-        for call in _with_argument(node, i, _foreign(arg))
-    ]
-    return list(dict.fromkeys(changed))[:limit]
+    return near_calls(codes, tests, limit)[1]
+
+
+def near_calls(
+    codes: Sequence[str], tests: Sequence[str], limit: int = PROBE_LIMIT
+) -> tuple[list[str], list[str]]:
+    """``probe_calls`` and ``foreign_calls`` of the same codes and tests, from one reading
+    of them."""
+    calls: list[str] = []
+    variants: list[str] = []
+    foreign: list[str] = []
+    for node in _own_calls(codes, tests):
+        calls.append(ast.unparse(node))
+        for i, arg in enumerate(node.args):
+            variants.extend(_with_argument(node, i, _variants(arg)))
+            foreign.extend(_with_argument(node, i, _foreign(arg)))
+    probes = list(dict.fromkeys(calls + variants))[:limit]
+    return probes, list(dict.fromkeys(foreign))[:limit]
 
 
 def _own_calls(codes: Sequence[str], tests: Sequence[str]) -> Iterator[ast.Call]:
