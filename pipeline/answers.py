@@ -543,16 +543,20 @@ def split_tests(tests: str) -> list[str]:
         for n in ast.walk(tree)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
     }
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef) and _test_methods(n)}
     units: list[str] = []
     pending = ""
     for node, text in _segments(tests, tree):
         if isinstance(node, ast.ClassDef) and _test_methods(node):
-            # Each test method is a test (unittest.main() would find none: the tests do not
-            # run as the __main__ module).
+            # Each test method is a test, in the class without its other test methods
+            # (unittest.main() would find none: the tests do not run as the __main__ module).
             units += [
-                (pending + text).strip("\n") + _method_call(node, m) for m in _test_methods(node)
+                (pending + _one_method(text, node, m)).strip("\n") + _method_call(node, m)
+                for m in _test_methods(node)
             ]
             pending = ""
+        elif _runs_a_test_method(node, classes):
+            continue  # the test method it runs is a test already
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             if _is_test(node) and node.name not in called and not isinstance(node, ast.ClassDef):
                 units.append((pending + text).strip("\n") + f"\n{node.name}()")
@@ -589,11 +593,63 @@ def _test_methods(node: ast.ClassDef) -> list[str]:
     ]
 
 
+def _one_method(text: str, node: ast.ClassDef, method: str) -> str:
+    """The source of a test class (``text``, ending at its last line) without its test
+    methods but ``method``, and without blank lines between its members: a test carried to
+    a later answer (``carry_tests``) brings its own method, not the class's others once
+    per method."""
+    others = set(_test_methods(node)) - {method}
+    lines = text.splitlines(keepends=True)
+    first = (node.end_lineno or node.lineno) - len(lines) + 1  # text's first line number
+    dropped: set[int] = set()
+    kept: set[int] = set()  # the lines of the members kept (a blank line there may be data)
+    after = None  # the last line of the member before
+    for member in node.body:
+        start = min([d.lineno for d in getattr(member, "decorator_list", [])] + [member.lineno])
+        end = member.end_lineno or member.lineno
+        if isinstance(member, ast.FunctionDef) and member.name in others:
+            # from the end of the member before: the comments before it go too
+            dropped.update(range(start if after is None else after + 1, end + 1))
+        else:
+            kept.update(range(start, end + 1))
+        after = end
+    return "".join(
+        line
+        for number, line in enumerate(lines, first)
+        if number not in dropped and (line.strip() or number in kept)
+    )
+
+
+def _runs_a_test_method(node: ast.stmt, classes: set[str]) -> bool:
+    """Whether a top-level statement only runs a test method of one of the test
+    ``classes`` (the lines ``_method_call`` writes, a carried test's among them, or the
+    tests' own ``TestX().test_y()``): each test method is a test on its own already."""
+    if isinstance(node, ast.Assign):
+        return [ast.unparse(t) for t in node.targets] == [_CASE]
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+        return False
+    func = node.value.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = func.value
+    if isinstance(owner, ast.Name):
+        return owner.id == _CASE
+    return (
+        isinstance(owner, ast.Call)
+        and isinstance(owner.func, ast.Name)
+        and owner.func.id in classes
+        and func.attr.startswith("test")
+    )
+
+
+_CASE = "__case__"  # the name ``_method_call`` runs a unittest test method by
+
+
 def _method_call(node: ast.ClassDef, method: str) -> str:
     """Lines that run one test method of a test class, as a test runner would."""
     if any("TestCase" in ast.unparse(b) for b in node.bases):
         make = f"{node.name}({method!r})"
-        return f"\n__case__ = {make}\n__case__.setUp()\n__case__.{method}()"
+        return f"\n{_CASE} = {make}\n{_CASE}.setUp()\n{_CASE}.{method}()"
     return f"\n{node.name}().{method}()"
 
 

@@ -262,6 +262,34 @@ def test_carry_tests_appends_only_the_dropped_ones() -> None:
     assert normalized("assert fib(1)==1  # one") == normalized("assert fib(1) == 1")
 
 
+def test_a_test_class_carried_to_a_later_answer_brings_each_method_once() -> None:
+    """Each test method of a class is a test in the class without its other test methods,
+    and the lines that run it are no test of their own: carried to a refinement, five
+    passed methods were the whole class five times over (a feedback prompt past the local
+    model's context), and split again they were tests once more."""
+    tests = (
+        "import unittest\n\nclass TestFlatten(unittest.TestCase):\n"
+        "    def setUp(self):\n        self.xs = [1, [2]]\n\n"
+        "    def test_flat(self):\n        self.assertEqual(flatten(self.xs), [1, 2])\n\n"
+        "    # nested twice\n"
+        "    def test_deep(self):\n        self.assertEqual(flatten([[[1]]]), [1])\n\n"
+        "    def test_empty(self):\n        self.assertEqual(flatten([]), [])\n\n"
+        "TestFlatten().test_flat()\n"
+    )
+    units = split_tests(tests)
+    assert [u.count("def test_") for u in units] == [1, 1, 1]
+    assert all("def setUp" in u for u in units) and "# nested twice" in units[1]
+    # the setUp still runs: one level is all test_flat needs
+    assert [r is None for r in run_tests(FLAT_WRONG, units).results] == [True, False, True]
+    later = carry_tests(join(FLAT_RIGHT, "assert flatten([[]]) == []"), units)
+    again = split_tests(split(later)[1])
+    assert [normalized(u) for u in again] == [
+        normalized(u) for u in [*units, "assert flatten([[]]) == []"]
+    ]
+    assert carry_tests(later, units) == later
+    assert split(later)[1].count("def test_") == 3
+
+
 def test_carried_tests_run_when_the_refinements_own_tests_do_not_parse() -> None:
     """A refinement whose tests end in a statement that does not parse still runs the tests
     carried from earlier answers (tests are cut after their last line that parses)."""
