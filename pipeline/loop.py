@@ -373,10 +373,11 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     wrong. The rest are judged on all the tests any of them wrote (the pooled tests):
     only those passing the most of them stay (an answer cut off and asked again only where
     none other does: it wins on what running it showed, not on the tie-breaks that
-    follow), of those the ones that on the calls near the
-    tests least often do what the request does not ask (raise such an error, sort the
-    caller's list while returning a median, where it does not ask for work in place: a
-    request that says nothing of its arguments is no word against changing them), and
+    follow), of those the ones that on the calls near the tests never do what the request
+    does not ask (raise such an error, sort the caller's list while returning a median,
+    where it does not ask for work in place), if any: how often counts for nothing where
+    all of them do (a wrong answer that marks the caller's grid on fewer calls is not the
+    more faithful, only the one doing less), and
     when none passes them all, the one behaving as the most distinct drafts do on those
     calls, the earliest of those (``_most_agreed``), is chosen: a refinement
     replaces an earlier answer only on what running them showed, never on a critic's
@@ -413,9 +414,8 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
         kept = [i for i in kept if passed[i] == most]
         kept = _uncut(answers, kept)
         stray = _stray(answers)
-        if stray is not None:  # then those doing the fewest things the request does not ask
-            fewest = min(stray[i] for i in kept)
-            kept = [i for i in kept if stray[i] == fewest]
+        if stray is not None:  # then those doing nothing the request does not ask, if any
+            kept = [i for i in kept if stray[i] == 0] or kept
         if most < total:  # no answer passes every test written: the tests decide, not the critic
             pick = _most_agreed(answers, kept)
             return answers[pick], scores[pick], by_iteration

@@ -1530,3 +1530,38 @@ async def test_an_answer_calling_a_name_it_never_bound_loses_a_tie_to_one_that_r
     assert (pool["total"], pool["passed"], pool["raised"][0]) == (2, [1, 1], 0)
     assert pool["raised"][1] > 0 and pool["stray"][0] > 0
     assert outcome.output_line()["chosen_iteration"] == 0
+
+
+@pytest.mark.anyio
+async def test_changing_the_callers_grid_on_fewer_calls_wins_no_tie() -> None:
+    """Both answers change the caller's grid, which the request does not ask for: the
+    draft (right) on every grid with land, the refinement (wrong: each land cell an
+    island) only where the first cell is land. Tied on the pooled tests, the refinement
+    was chosen for changing it on fewer calls; now how often counts for nothing where every
+    answer does it, and the tie goes as any other does (the earliest of the behaviours
+    most drafts share)."""
+    cells = (  # wrong: counts land cells, and marks the first one
+        "def count_islands(grid):\n"
+        "    count = sum(cell == '1' for row in grid for cell in row)\n"
+        "    if grid and grid[0] and grid[0][0] == '1':\n        grid[0][0] = '0'\n"
+        "    return count"
+    )
+    client = ScriptedClient(
+        [
+            answer(SINKS_THE_GRID, "assert count_islands([]) == 0"),
+            critic(done=False, score=4),
+            answer(
+                cells,
+                "assert count_islands([]) == 0\n"
+                "assert count_islands([['0', '1'], ['1', '1']]) == 2",  # wrong: one island
+            ),
+            critic(done=True, score=9),
+        ]
+    )
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
+    record = Record("islands", 1, {"id": "islands", "task": ISLANDS_TASK})
+    outcome = await refine_record(record, job, client, RecordingSink(), Policy(1))
+    pool = (outcome.steps[2].metrics or {})["tests_pooled"]
+    assert (pool["total"], pool["passed"], pool["raised"]) == (2, [1, 1], [0, 0])
+    assert pool["stray"][0] > pool["stray"][1] > 0
+    assert outcome.output_line()["chosen_iteration"] == 0
