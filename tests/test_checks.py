@@ -1502,6 +1502,27 @@ SINKS_THE_GRID = (  # right, and marks the caller's grid as it goes
 )
 
 
+async def _islands_after_one_refinement(
+    refinement: str, tests: str
+) -> tuple[dict[str, Any], int | None]:
+    """The pooled metric of the refinement (``refinement`` with ``tests``) of a right draft
+    that marks the caller's grid (``SINKS_THE_GRID``, tested on the empty grid), and the
+    iteration chosen."""
+    client = ScriptedClient(
+        [
+            answer(SINKS_THE_GRID, "assert count_islands([]) == 0"),
+            critic(done=False, score=4),
+            answer(refinement, tests),
+            critic(done=True, score=9),
+        ]
+    )
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
+    record = Record("islands", 1, {"id": "islands", "task": ISLANDS_TASK})
+    outcome = await refine_record(record, job, client, RecordingSink(), Policy(1))
+    pool = (outcome.steps[2].metrics or {})["tests_pooled"]
+    return pool, outcome.output_line()["chosen_iteration"]
+
+
 @pytest.mark.anyio
 async def test_an_answer_calling_a_name_it_never_bound_loses_a_tie_to_one_that_runs() -> None:
     """The draft is right and marks the caller's grid as it goes; the refinement calls a
@@ -1511,25 +1532,14 @@ async def test_an_answer_calling_a_name_it_never_bound_loses_a_tie_to_one_that_r
     bound is no answer to any request), and though it changes the caller's grid where the
     refinement, raising first, does not."""
     misspelt = SINKS_THE_GRID.replace("                sink(i, j)", "                sink_(i, j)")
-    client = ScriptedClient(
-        [
-            answer(SINKS_THE_GRID, "assert count_islands([]) == 0"),
-            critic(done=False, score=4),
-            answer(
-                misspelt,
-                "assert count_islands([]) == 0\n"
-                "assert count_islands([['1', '1'], ['0', '1']]) == 3",  # wrong: one island
-            ),
-            critic(done=True, score=9),
-        ]
+    pool, chosen = await _islands_after_one_refinement(
+        misspelt,
+        "assert count_islands([]) == 0\n"
+        "assert count_islands([['1', '1'], ['0', '1']]) == 3",  # wrong: one island
     )
-    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
-    record = Record("islands", 1, {"id": "islands", "task": ISLANDS_TASK})
-    outcome = await refine_record(record, job, client, RecordingSink(), Policy(1))
-    pool = (outcome.steps[2].metrics or {})["tests_pooled"]
     assert (pool["total"], pool["passed"], pool["raised"][0]) == (2, [1, 1], 0)
     assert pool["raised"][1] > 0 and pool["stray"][0] > 0
-    assert outcome.output_line()["chosen_iteration"] == 0
+    assert chosen == 0
 
 
 @pytest.mark.anyio
@@ -1546,22 +1556,11 @@ async def test_changing_the_callers_grid_on_fewer_calls_wins_no_tie() -> None:
         "    if grid and grid[0] and grid[0][0] == '1':\n        grid[0][0] = '0'\n"
         "    return count"
     )
-    client = ScriptedClient(
-        [
-            answer(SINKS_THE_GRID, "assert count_islands([]) == 0"),
-            critic(done=False, score=4),
-            answer(
-                cells,
-                "assert count_islands([]) == 0\n"
-                "assert count_islands([['0', '1'], ['1', '1']]) == 2",  # wrong: one island
-            ),
-            critic(done=True, score=9),
-        ]
+    pool, chosen = await _islands_after_one_refinement(
+        cells,
+        "assert count_islands([]) == 0\n"
+        "assert count_islands([['0', '1'], ['1', '1']]) == 2",  # wrong: one island
     )
-    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
-    record = Record("islands", 1, {"id": "islands", "task": ISLANDS_TASK})
-    outcome = await refine_record(record, job, client, RecordingSink(), Policy(1))
-    pool = (outcome.steps[2].metrics or {})["tests_pooled"]
     assert (pool["total"], pool["passed"], pool["raised"]) == (2, [1, 1], [0, 0])
     assert pool["stray"][0] > pool["stray"][1] > 0
-    assert outcome.output_line()["chosen_iteration"] == 0
+    assert chosen == 0
