@@ -524,9 +524,10 @@ def split_tests(tests: str) -> list[str]:
     test of its own (and a failed ``assert a == b`` can say what ``a`` was). Statements
     that are not tests themselves (setting up data, helpers, a test function the tests
     call later) stay with the test after them. A test function nobody calls is called.
-    A test class's test methods are each a test. A repeated test counts once. Tests that
-    do not parse are cut after their last line that does (a cut-off answer); when no
-    first lines parse they are one piece.
+    A test class's test methods are each a test, in the class without its other test
+    methods (``_one_method``); a statement that only runs a test method is no test of its
+    own. A repeated test counts once. Tests that do not parse are cut after their last
+    line that does (a cut-off answer); when no first lines parse they are one piece.
     """
     tree = parsed(tests)
     if tree is None:
