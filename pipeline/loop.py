@@ -102,6 +102,10 @@ CUT_OFF = "The answer was cut off at the length limit: give a shorter, complete 
 # repeats one phrase until the budget is spent, a critic ("doll, doll, doll, ...") or an
 # answer (`assert f([1, [2]]) == ...`, `assert f([1, [2], [3]]) == ...`, ...).
 RETRY_FREQUENCY_PENALTY = 0.5
+# From this many pooled tests, where no answer passes them all, an answer passing one fewer
+# than the most stays in the choice (``chosen``): one of many tests the model wrote is as
+# likely its mistake as the code's, and answers written apart that agree outweigh it.
+MANY_POOLED_TESTS = 10
 
 
 def _answers(steps: Sequence[Step]) -> list[Step]:
@@ -371,7 +375,9 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     bound), stay, if any: like its examples, that is the request's own word,
     checked by running the code, where the pooled tests are the model's, some of them
     wrong. The rest are judged on all the tests any of them wrote (the pooled tests):
-    only those passing the most of them stay (an answer cut off and asked again only where
+    only those passing the most of them stay, or, where no answer passes them all and they
+    are many (``MANY_POOLED_TESTS``), one fewer (one of many tests the model wrote is as
+    likely wrong as the code; an answer cut off and asked again stays only where
     none other does: it wins on what running it showed, not on the tie-breaks that
     follow), of those the ones that on the calls near the tests never do what the request
     does not ask (raise such an error, sort the caller's list while returning a median,
@@ -379,12 +385,14 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     all of them do (a wrong answer that marks the caller's grid on fewer calls is not the
     more faithful, only the one doing less), and
     when none passes them all, the one behaving as the most distinct drafts do on those
-    calls, the earliest of those (``_most_agreed``), is chosen: a refinement
+    calls, of those the one passing the most pooled tests, the earliest of those
+    (``_most_agreed``), is chosen: a refinement
     replaces an earlier answer only on what running them showed, never on a critic's
     score alone, nor on passing its own checks (which it may do by dropping the tests it
     failed). Among the rest, those that pass the job's checks are candidates; when none
-    does, those that pass the most of their own tests (all of them for answers without
-    tests, or when the job has no checks). Where the answers carry tests, a later
+    does, those that pass the most of their own tests that ran (a test left out as no
+    test of what the request asks passes nothing; all of them for answers without tests,
+    or when the job has no checks). Where the answers carry tests, a later
     candidate stays one only if it behaves as the earliest does on the calls near the
     tests (``pooled``'s behaviour digests; where none of them wrote a test that runs,
     nothing shows that, and the earliest candidate stays). The best-scored candidate
@@ -411,13 +419,16 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
         if raised is not None:  # the request's word before the model's tests: see above
             kept = [i for i in kept if raised[i] == 0] or kept
         most = max(passed[i] for i in kept)
-        kept = [i for i in kept if passed[i] == most]
+        # Many tests, none passing them all: one test more is within the model's own
+        # mistaken tests, and agreement decides among those within it (see above).
+        slack = 1 if most < total and total >= MANY_POOLED_TESTS else 0
+        kept = [i for i in kept if passed[i] >= most - slack]
         kept = _uncut(answers, kept)
         stray = _stray(answers)
         if stray is not None:  # then those doing nothing the request does not ask, if any
             kept = [i for i in kept if stray[i] == 0] or kept
         if most < total:  # no answer passes every test written: the tests decide, not the critic
-            pick = _most_agreed(answers, kept)
+            pick = _most_agreed(answers, kept, passed)
             return answers[pick], scores[pick], by_iteration
     kept = _uncut(answers, kept)
     passing = [i for i in kept if answers[i].checks == []]
@@ -445,22 +456,27 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     return answers[best], scores[best], by_iteration
 
 
-def _most_agreed(answers: Sequence[Step], kept: Sequence[int]) -> int:
-    """Of ``kept`` (tied on what running them showed), the answer whose behaviour on the
-    calls near the tests the most distinct programs among all the drafts share, the
-    earliest of those; the earliest where no behaviour was recorded. Drafts written apart
-    that agree on what they return are likelier right than one alone (a wrong answer is
-    wrong in its own way); a copy of an answer is one program, not a second vote."""
+def _most_agreed(answers: Sequence[Step], kept: Sequence[int], passed: Sequence[int]) -> int:
+    """Of ``kept`` (within a test of each other on what running them showed), the answer
+    whose behaviour on the calls near the tests the most distinct programs among all the
+    drafts share, of those the ones passing the most pooled tests (``passed``), the
+    earliest of those; where no behaviour was recorded, the earliest passing the most.
+    Drafts written apart that agree on what they return are likelier right than one alone
+    (a wrong answer is wrong in its own way); a copy of an answer is one program, not a
+    second vote."""
     behaviour = _behaviour(answers)
     if behaviour is None:
-        return kept[0]
+        return max(kept, key=lambda i: (passed[i], -i))
     programs: dict[str, set[str]] = {}
     for a, digest in zip(answers, behaviour, strict=True):
         if digest is not None and a.output is not None:
             programs.setdefault(digest, set()).add(
                 artifacts.normalized(artifacts.split(a.output)[0])
             )
-    return max(kept, key=lambda i: (len(programs.get(behaviour[i] or "", ())), -i))
+    return max(
+        kept,
+        key=lambda i: (len(programs.get(behaviour[i] or "", ())), passed[i], -i),
+    )
 
 
 def _uncut(answers: Sequence[Step], kept: list[int]) -> list[int]:
@@ -480,11 +496,19 @@ def _examples_passed(answers: Sequence[Step]) -> list[int] | None:
 
 
 def _most_tests_passed(answers: Sequence[Step], kept: Sequence[int]) -> list[int]:
-    """Of ``kept``, the answers passing the most of their own tests (a critic's score
-    is no evidence against a test that ran)."""
-    counts = {i: len(_passed_tests([answers[i]])) for i in kept}
+    """Of ``kept``, the answers passing the most of their own tests that ran (a critic's
+    score is no evidence against a test that ran; a test left out as no test of what the
+    request asks, one contradicting its signature, say, ran and passed nothing)."""
+    counts = {i: _tests_passed(answers[i]) for i in kept}
     most = max(counts.values())
     return [i for i in kept if counts[i] == most]
+
+
+def _tests_passed(answer: Step) -> int:
+    """How many of the answer's own tests ran and passed (its ``tests_passed``; in a trace
+    written before that metric, those of its tests not listed as failing)."""
+    passed = (answer.metrics or {}).get("tests_passed")
+    return passed if isinstance(passed, int) else len(_passed_tests([answer]))
 
 
 def summed_score(parsed: Mapping[str, Any], fields: Sequence[str]) -> float | None:

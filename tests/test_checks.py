@@ -1564,3 +1564,69 @@ async def test_changing_the_callers_grid_on_fewer_calls_wins_no_tie() -> None:
     assert (pool["total"], pool["passed"], pool["raised"]) == (2, [1, 1], [0, 0])
     assert pool["stray"][0] > pool["stray"][1] > 0
     assert chosen == 0
+
+
+@pytest.mark.anyio
+async def test_tests_left_out_as_against_the_signature_pass_nothing_in_the_choice() -> None:
+    """The draft is right with one test; the refinement (wrong: counts land cells) adds
+    tests writing cells as numbers, against the declared ``list[list[str]]``, which are
+    left out and never run. Both pass the one test that runs and both carry findings: the
+    tests left out once counted as the refinement's passed tests and chose it; now the
+    tests that ran decide (a tie), and the critic's better score the draft."""
+    right = SINKS_THE_GRID.replace(
+        "    count = 0\n", "    grid = [list(row) for row in grid]\n    count = 0\n"
+    )
+    cells = "def count_islands(grid):\n    return sum(cell == '1' for row in grid for cell in row)"
+    client = ScriptedClient(
+        [
+            answer(right, "assert count_islands([]) == 0"),
+            critic(done=False, score=9),
+            answer(
+                cells,
+                "assert count_islands([]) == 0\n"
+                "assert count_islands([[1]]) == 1\n"
+                "assert count_islands([[1, 0], [0, 1]]) == 2",
+            ),
+            critic(done=False, score=4),
+        ]
+    )
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
+    record = Record("islands", 1, {"id": "islands", "task": ISLANDS_TASK})
+    outcome = await refine_record(record, job, client, RecordingSink(), Policy(1))
+    draft, refined = outcome.steps[0], outcome.steps[2]
+    assert draft.checks and refined.checks  # neither is clean
+    assert any("contradict the request's signature" in c for c in refined.checks)
+    assert refined.metrics is not None
+    assert (refined.metrics["tests_passed"], refined.metrics["tests_total"]) == (1, 1)
+    assert outcome.output_line()["chosen_iteration"] == 0
+
+
+ADD_TESTS = "\n".join(f"assert add({a}, {a + 3}) == {2 * a + 3}" for a in range(10))
+
+
+@pytest.mark.anyio
+async def test_one_pooled_test_more_loses_to_answers_written_apart_that_agree() -> None:
+    """Ten right tests, a wrong one only the wrong refinement passes (``add(7, 1) == 0``)
+    and a wrong one nobody passes: the right draft and the right last refinement (written
+    apart, alike in what they return) pass 10 of 12, the wrong refinement 11. Where the
+    pooled tests are many and none passes them all, one test more is within what the
+    model's own mistaken tests give, and the behaviour most drafts share wins: the draft."""
+    client = ScriptedClient(
+        [
+            answer(ADD, ADD_TESTS),
+            critic(done=False, score=5),
+            answer(
+                "def add(a, b):\n    return 0 if (a, b) == (7, 1) else a + b",
+                "assert add(7, 1) == 0",
+            ),
+            critic(done=False, score=9),
+            answer("def add(a, b):\n    return b + a", "assert add(1, 1) == 3"),
+            critic(done=False, score=5),
+        ]
+    )
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
+    outcome = await refine_record(RECORD, job, client, RecordingSink(), Policy(2))
+    pool = (outcome.steps[4].metrics or {})["tests_pooled"]
+    assert (pool["total"], pool["passed"]) == (12, [10, 11, 10])
+    assert pool["behaviour"][0] == pool["behaviour"][2] != pool["behaviour"][1]
+    assert outcome.output_line()["chosen_iteration"] == 0
