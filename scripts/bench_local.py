@@ -10,12 +10,15 @@
    the same way at every level: the share whose code block parses and defines a
    function or class, and the mean answer length. Each level runs ``--rounds`` times, in
    alternating order; the best run counts (the least disturbed on a shared machine).
+   ``--repeat N`` sends each request N times (ids ``word-count~2``, ...): 16 requests
+   keep a large server's higher levels waiting on the longest answer.
 2. ``--tune``: the server alone (no refine around it) at 4 slots, varying threads, busy
    polling and the batch size, to see whether the defaults leave speed on the table.
 
 The default slot count is the smallest level within 5% of the best tokens per second.
 
-Usage: scripts/bench_local.py [--levels 1,2,4,8] [--rounds 2] [--model NAME] [--tune]
+Usage: scripts/bench_local.py [--levels 1,2,4,8] [--rounds 2] [--repeat 1] [--model NAME]
+                              [--tune]
 Run it under ``flock /tmp/refine-heavy.lock`` on a shared machine.
 """
 
@@ -77,11 +80,27 @@ def defines_code(answer: str) -> bool:
     return any(isinstance(node, kinds) for node in ast.walk(tree))
 
 
-def run_level(concurrency: int, model: str | None, work: Path, slots: int) -> Level:
+def repeated(records: Path, times: int, dest: Path) -> Path:
+    """``records`` with each line ``times`` over in ``dest`` (the copies' ids end in ``~2``,
+    ``~3``, ...: ids stay unique); ``records`` itself when ``times`` is 1."""
+    if times == 1:
+        return records
+    rows = [orjson.loads(line) for line in records.read_bytes().splitlines() if line.strip()]
+    with dest.open("wb") as handle:
+        for copy in range(1, times + 1):
+            for row in rows:
+                named = row if copy == 1 else {**row, "id": f"{row['id']}~{copy}"}
+                handle.write(orjson.dumps(named) + b"\n")
+    return dest
+
+
+def run_level(
+    concurrency: int, model: str | None, work: Path, slots: int, records: Path = RECORDS
+) -> Level:
     """``refine run`` at one concurrency, timed as a whole process."""
     out = work / f"c{concurrency}"
     command = [
-        sys.executable, "-m", "pipeline.cli", "run", "code-improve", str(RECORDS),
+        sys.executable, "-m", "pipeline.cli", "run", "code-improve", str(records),
         "--out", str(out), "--local", "--max-iters", "0",
         "--concurrency", str(concurrency), "--quiet",
     ]  # fmt: skip
@@ -146,12 +165,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--levels", default="1,2,4,8", help="concurrency levels, comma-separated")
     parser.add_argument("--rounds", type=int, default=2, help="runs per level (best one counts)")
+    parser.add_argument("--repeat", type=int, default=1, help="send each request N times")
     parser.add_argument("--model", default=None, help="--local-model (default: the default)")
     parser.add_argument("--tune", action="store_true", help="also vary threads, polling, batch")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    if args.repeat < 1:
+        parser.error("--repeat must be 1 or more")
     cores = len(os.sched_getaffinity(0))
-    requests = len(RECORDS.read_text().splitlines())
+    requests = len(RECORDS.read_text().splitlines()) * args.repeat
     print(
         f"{requests} coding requests, generation only, model {args.model or 'default'}, "
         f"{cores} cores, {args.rounds} rounds",
@@ -159,10 +181,12 @@ def main() -> None:
     )
     runs: dict[int, list[Level]] = {level: [] for level in levels}
     with tempfile.TemporaryDirectory(prefix="bench-local-") as tmp:
+        records = repeated(RECORDS, args.repeat, Path(tmp) / "records.jsonl")
         for round_ in range(args.rounds):
             # Alternate the order so a slow spell on a shared machine hits every level.
             for concurrency in levels if round_ % 2 == 0 else levels[::-1]:
-                level = run_level(concurrency, args.model, Path(tmp) / f"r{round_}", max(levels))
+                work = Path(tmp) / f"r{round_}"
+                level = run_level(concurrency, args.model, work, max(levels), records)
                 runs[concurrency].append(level)
                 print(
                     f"round {round_ + 1}, concurrency {concurrency}: {level.completion_tokens} "

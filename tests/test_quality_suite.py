@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,6 +16,7 @@ from pipeline.records import Record
 from pipeline.sandbox import run_tests
 from tests.fakes import RecordingSink, ScriptedClient
 from tests.fixtures.code_suite_solutions import SOLUTIONS
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = [
@@ -31,12 +30,7 @@ HIDDEN: dict[str, list[str]] = orjson.loads(
 
 def quality_script() -> ModuleType:
     """scripts/quality.py, imported as a module."""
-    spec = importlib.util.spec_from_file_location("quality_script", ROOT / "scripts" / "quality.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script("quality")
 
 
 def test_every_request_has_hidden_tests_and_a_reference_solution() -> None:
@@ -144,13 +138,7 @@ def test_pass_rate_by_iteration_is_carried_forward() -> None:
 
 def choose_again_script() -> ModuleType:
     """scripts/choose_again.py, imported as a module."""
-    path = ROOT / "scripts" / "choose_again.py"
-    spec = importlib.util.spec_from_file_location("choose_again_script", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("choose_again")
 
 
 def fenced(code: str, tests: str) -> str:
