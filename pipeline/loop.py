@@ -102,9 +102,10 @@ CUT_OFF = "The answer was cut off at the length limit: give a shorter, complete 
 # repeats one phrase until the budget is spent, a critic ("doll, doll, doll, ...") or an
 # answer (`assert f([1, [2]]) == ...`, `assert f([1, [2], [3]]) == ...`, ...).
 RETRY_FREQUENCY_PENALTY = 0.5
-# From this many pooled tests, where no answer passes them all, an answer passing one fewer
-# than the most stays in the choice (``chosen``): one of many tests the model wrote is as
-# likely its mistake as the code's, and answers written apart that agree outweigh it.
+# From this many pooled tests, where no answer passes them all, answers passing a few fewer
+# than the most stay in the choice (``chosen``, ``_slack``): one of many tests the model
+# wrote is as likely its mistake as the code's, and answers written apart that agree
+# outweigh it.
 MANY_POOLED_TESTS = 10
 
 
@@ -376,7 +377,7 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     checked by running the code, where the pooled tests are the model's, some of them
     wrong. The rest are judged on all the tests any of them wrote (the pooled tests):
     only those passing the most of them stay, or, where no answer passes them all and they
-    are many (``MANY_POOLED_TESTS``), one fewer (one of many tests the model wrote is as
+    are many, a few fewer (``_slack``: one of many tests the model wrote is as
     likely wrong as the code; an answer cut off and asked again stays only where
     none other does: it wins on what running it showed, not on the tie-breaks that
     follow), of those the ones that on the calls near the tests never do what the request
@@ -419,9 +420,9 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
         if raised is not None:  # the request's word before the model's tests: see above
             kept = [i for i in kept if raised[i] == 0] or kept
         most = max(passed[i] for i in kept)
-        # Many tests, none passing them all: one test more is within the model's own
+        # Many tests, none passing them all: a test or two more is within the model's own
         # mistaken tests, and agreement decides among those within it (see above).
-        slack = 1 if most < total and total >= MANY_POOLED_TESTS else 0
+        slack = _slack(total) if most < total else 0
         kept = [i for i in kept if passed[i] >= most - slack]
         kept = _uncut(answers, kept)
         stray = _stray(answers)
@@ -454,6 +455,16 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     if best is None:
         return answers[candidates[-1]], None, by_iteration
     return answers[best], scores[best], by_iteration
+
+
+def _slack(total: int) -> int:
+    """How many pooled tests fewer than the most an answer may pass and stay in the choice
+    where none passes all ``total``: none below ``MANY_POOLED_TESTS``, else one in eight
+    of them, at least one and at most two (a few wrong tests the model wrote, not a
+    share that lets answers failing much of what was written outvote the rest)."""
+    if total < MANY_POOLED_TESTS:
+        return 0
+    return min(2, max(1, total // 8))
 
 
 def _most_agreed(answers: Sequence[Step], kept: Sequence[int], passed: Sequence[int]) -> int:

@@ -1601,24 +1601,25 @@ async def test_tests_left_out_as_against_the_signature_pass_nothing_in_the_choic
     assert outcome.output_line()["chosen_iteration"] == 0
 
 
-ADD_TESTS = "\n".join(f"assert add({a}, {a + 3}) == {2 * a + 3}" for a in range(10))
-
-
 @pytest.mark.anyio
-async def test_one_pooled_test_more_loses_to_answers_written_apart_that_agree() -> None:
-    """Ten right tests, a wrong one only the wrong refinement passes (``add(7, 1) == 0``)
+@pytest.mark.parametrize(("right", "wrong"), [(10, 1), (16, 2)], ids=["one-more", "two-more"])
+async def test_a_few_pooled_tests_more_lose_to_answers_written_apart_that_agree(
+    right: int, wrong: int
+) -> None:
+    """Right tests, wrong ones only the wrong refinement passes (``add(7, 1) == 0``, ...)
     and a wrong one nobody passes: the right draft and the right last refinement (written
-    apart, alike in what they return) pass 10 of 12, the wrong refinement 11. Where the
-    pooled tests are many and none passes them all, one test more is within what the
-    model's own mistaken tests give, and the behaviour most drafts share wins: the draft."""
+    apart, alike in what they return) pass all but the wrong ones, the wrong refinement
+    all but one. Where the pooled tests are many and none passes them all, one test more
+    (from ten) or two (from sixteen) is within what the model's own mistaken tests give,
+    and the behaviour most drafts share wins: the draft."""
+    right_tests = "\n".join(f"assert add({a}, {a + 3}) == {2 * a + 3}" for a in range(right))
+    wrong_tests = "\n".join(f"assert add(7, {b}) == 0" for b in range(1, wrong + 1))
+    wrong_code = f"def add(a, b):\n    return 0 if a == 7 and 1 <= b <= {wrong} else a + b"
     client = ScriptedClient(
         [
-            answer(ADD, ADD_TESTS),
+            answer(ADD, right_tests),
             critic(done=False, score=5),
-            answer(
-                "def add(a, b):\n    return 0 if (a, b) == (7, 1) else a + b",
-                "assert add(7, 1) == 0",
-            ),
+            answer(wrong_code, wrong_tests),
             critic(done=False, score=9),
             answer("def add(a, b):\n    return b + a", "assert add(1, 1) == 3"),
             critic(done=False, score=5),
@@ -1627,6 +1628,7 @@ async def test_one_pooled_test_more_loses_to_answers_written_apart_that_agree() 
     job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
     outcome = await refine_record(RECORD, job, client, RecordingSink(), Policy(2))
     pool = (outcome.steps[4].metrics or {})["tests_pooled"]
-    assert (pool["total"], pool["passed"]) == (12, [10, 11, 10])
+    total = right + wrong + 1
+    assert (pool["total"], pool["passed"]) == (total, [right, total - 1, right])
     assert pool["behaviour"][0] == pool["behaviour"][2] != pool["behaviour"][1]
     assert outcome.output_line()["chosen_iteration"] == 0
