@@ -468,10 +468,11 @@ def _slack(total: int) -> int:
 
 
 def _most_agreed(answers: Sequence[Step], kept: Sequence[int], passed: Sequence[int]) -> int:
-    """Of ``kept`` (within a test of each other on what running them showed), the answer
-    whose behaviour on the calls near the tests the most distinct programs among all the
-    drafts share, of those the ones passing the most pooled tests (``passed``), the
-    earliest of those; where no behaviour was recorded, the earliest passing the most.
+    """Of ``kept`` (within ``_slack`` tests of each other on what running them showed),
+    the answer whose behaviour on the calls near the tests the most distinct programs
+    among all the drafts share, of those the ones passing the most pooled tests
+    (``passed``), the earliest of those; where no behaviour was recorded, the earliest
+    passing the most.
     Drafts written apart that agree on what they return are likelier right than one alone
     (a wrong answer is wrong in its own way); a copy of an answer is one program, not a
     second vote."""
