@@ -84,7 +84,7 @@ def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
         failed = units
     else:
         failed = [u for u, r in zip(units, run.results, strict=True) if r is not None]
-    metrics["tests_passed"] = len(units) - len(failed)
+    metrics[answers.PASSED_TESTS] = len(units) - len(failed)
     # The loop keeps these tests' passing counterparts with later answers (see loop.py).
     metrics[answers.FAILED_TESTS] = [answers.normalized(u) for u in failed]
     return metrics

@@ -32,6 +32,7 @@ __all__ = [
     "EXAMPLES_PASSED",
     "EXTRACT_MODES",
     "FAILED_TESTS",
+    "PASSED_TESTS",
     "POOLED_TESTS",
     "SLIPS",
     "TESTS_MARKER",
@@ -68,6 +69,9 @@ TESTS_MARKER = "# --- tests ---"
 # The metric in which a code-with-tests job's evaluator lists the tests an answer fails
 # (each as ``normalized`` gives it): the loop keeps the others with later answers.
 FAILED_TESTS = "tests_failed"
+# The metric in which it counts the answer's own tests that ran and passed (a test left
+# out as no test of what the request asks is not among them): see loop.chosen.
+PASSED_TESTS = "tests_passed"
 # The metric in which the loop records how each answer so far fares on the tests that all
 # of them wrote (``{"total": n, "passed": [per answer, oldest first]}``): see loop.choose.
 POOLED_TESTS = "tests_pooled"

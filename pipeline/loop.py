@@ -472,10 +472,9 @@ def _most_agreed(answers: Sequence[Step], kept: Sequence[int], passed: Sequence[
     the answer whose behaviour on the calls near the tests the most distinct programs
     among all the drafts share, of those the ones passing the most pooled tests
     (``passed``), the earliest of those; where no behaviour was recorded, the earliest
-    passing the most.
-    Drafts written apart that agree on what they return are likelier right than one alone
-    (a wrong answer is wrong in its own way); a copy of an answer is one program, not a
-    second vote."""
+    passing the most. Drafts written apart that agree on what they return are likelier
+    right than one alone (a wrong answer is wrong in its own way); a copy of an answer is
+    one program, not a second vote."""
     behaviour = _behaviour(answers)
     if behaviour is None:
         return max(kept, key=lambda i: (passed[i], -i))
@@ -519,7 +518,7 @@ def _most_tests_passed(answers: Sequence[Step], kept: Sequence[int]) -> list[int
 def _tests_passed(answer: Step) -> int:
     """How many of the answer's own tests ran and passed (its ``tests_passed``; in a trace
     written before that metric, those of its tests not listed as failing)."""
-    passed = (answer.metrics or {}).get("tests_passed")
+    passed = (answer.metrics or {}).get(artifacts.PASSED_TESTS)
     return passed if isinstance(passed, int) else len(_passed_tests([answer]))
 
 
