@@ -28,7 +28,10 @@ With ``--recheck``, every answer is first checked again by this checkout's hooks
 tests split and run as this checkout would, its findings and pooled tests with them):
 what this checkout would have chosen had it checked the same answers.
 
-Usage: scripts/choose_again.py [--recheck] RUN_DIR [RUN_DIR ...]
+With ``--suite FILE``, the runs are of another suite's requests (``scripts/quality.py
+--suite FILE``), scored by the hidden tests beside it.
+
+Usage: scripts/choose_again.py [--recheck] [--suite FILE] RUN_DIR [RUN_DIR ...]
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from quality import SUITE, BySuiteId, hidden_pass, load_hidden  # noqa: E402  (this folder)
+from quality import SUITE, BySuiteId, hidden_pass, hidden_path, load_hidden  # noqa: E402
 
 from pipeline import loop  # noqa: E402
 from pipeline.answers import (  # noqa: E402
@@ -395,7 +398,7 @@ class Figures(Summed):
 
 
 def report(
-    run_dir: Path, hidden: dict[str, list[str]], recheck: bool = False
+    run_dir: Path, hidden: dict[str, list[str]], recheck: bool = False, suite: Path = SUITE
 ) -> tuple[str, Figures]:
     """The run's line and its figures: its tallies by way of choosing (see RULES), its
     number of records, its refinements of failing code by prompt (right, tried), its later
@@ -408,7 +411,7 @@ def report(
         for row in map(orjson.loads, (run_dir / "outputs.jsonl").read_bytes().splitlines())
     }
     requests = BySuiteId(
-        {row["id"]: row for row in map(orjson.loads, SUITE.read_bytes().splitlines())}
+        {row["id"]: row for row in map(orjson.loads, suite.read_bytes().splitlines())}
     )
     figures = Figures()
     tallies, drafted, critic, kept_out = (
@@ -511,12 +514,20 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         sys.exit(0 if len(sys.argv) > 1 else 2)
-    hidden = load_hidden()
+    args = sys.argv[1:]
+    recheck = "--recheck" in args
+    suite = SUITE
+    if "--suite" in args:
+        at = args.index("--suite")
+        if at + 1 == len(args):
+            sys.exit("choose_again.py: --suite needs a FILE")
+        suite = Path(args.pop(at + 1))
+        del args[at]
+    hidden = load_hidden(hidden_path(suite))
     totals = Figures()
-    recheck = "--recheck" in sys.argv[1:]
-    runs = [arg for arg in sys.argv[1:] if arg != "--recheck"]
+    runs = [arg for arg in args if arg != "--recheck"]
     for arg in runs:
-        text, figures = report(Path(arg), hidden, recheck)
+        text, figures = report(Path(arg), hidden, recheck, suite)
         print(text, flush=True)
         totals.merge(figures)
     if len(runs) > 1:

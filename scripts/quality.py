@@ -5,7 +5,9 @@ Tasks, each on the first N records (after --skip) of its data set, with local mo
 
   code       code-improve on scripts/data/code-suite.jsonl: the pass rate of hidden tests
              (scripts/data/code-suite-hidden-tests.json, written for this suite and never
-             put into a prompt) run on each iteration's code and on the chosen output
+             put into a prompt) run on each iteration's code and on the chosen output;
+             --suite scripts/data/code-fresh.jsonl for the dozen requests written after
+             the prompts and choice rules, to check them on requests they were not fit to
   commongen  CommonGen-Hard: concept coverage of the first sentence (the task asks for
              one sentence) and the share of one-sentence answers
   gsm        GSM8K: accuracy of the program-aided answer
@@ -24,13 +26,14 @@ scored by the same hidden tests): how one request fares from run to run, at the 
 one run, for example `--skip 6 --records 1 --repeat 12` for the suite's ipv4 request.
 
 Usage: scripts/quality.py [--tasks code,commongen,gsm] [--models qwen2.5-coder-0.5b,...]
-                          [--records 20] [--skip 0] [--repeat 1] [--max-iters 1]
+                          [--suite FILE] [--records 20] [--skip 0] [--repeat 1] [--max-iters 1]
                           [--conditions c] [--concurrency 4] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 import time
@@ -117,8 +120,13 @@ class BySuiteId(dict[str, Any]):
         raise KeyError(rid)
 
 
+def hidden_path(suite: Path) -> Path:
+    """Where a suite's hidden tests are: NAME-hidden-tests.json beside NAME.jsonl."""
+    return suite.with_name(f"{suite.stem}-hidden-tests.json")
+
+
 def load_hidden(path: Path = HIDDEN) -> BySuiteId:
-    """The suite's hidden tests by record id (scripts/data/code-suite-hidden-tests.json)."""
+    """A suite's hidden tests by record id (scripts/data/code-suite-hidden-tests.json)."""
     return BySuiteId(orjson.loads(path.read_bytes()))
 
 
@@ -268,6 +276,12 @@ def main() -> None:
     parser.add_argument(
         "--models", default="qwen2.5-coder-0.5b", help="local models, comma separated"
     )
+    parser.add_argument(
+        "--suite",
+        type=Path,
+        default=SUITE,
+        help="code: the requests (hidden tests in NAME-hidden-tests.json beside them)",
+    )
     parser.add_argument("--records", type=int, default=20)
     parser.add_argument("--skip", type=int, default=0, help="start after this many records")
     parser.add_argument(
@@ -291,11 +305,13 @@ def main() -> None:
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     args.work.mkdir(parents=True, exist_ok=True)
-    hidden = load_hidden()
     sections = []
     for name in args.tasks.split(","):
         task = TASKS[name]
         tag = f"{name}-{args.skip}-{args.skip + args.records}"
+        if name == "code" and args.suite.resolve() != SUITE:
+            task = dataclasses.replace(task, source=args.suite.resolve())
+            tag = f"{args.suite.stem}-{tag}"
         tag += f"x{args.repeat}" if args.repeat > 1 else ""
         source = args.data / task.source if not task.source.is_absolute() else task.source
         inp = slice_records(
@@ -322,6 +338,7 @@ def main() -> None:
                 )
                 runs[f"{model}, {label}"] = out
         if name == "code":
+            hidden = load_hidden(hidden_path(task.source))
             scored = {k: score_code_run(v, hidden) for k, v in runs.items()}
             table = code_table(scored, args.max_iters)
             title = "hidden tests passed, by iteration (carried forward)"

@@ -15,17 +15,37 @@ from pipeline.loop import Policy, Step, build_messages, refine_record
 from pipeline.records import Record
 from pipeline.sandbox import run_tests
 from tests.fakes import RecordingSink, ScriptedClient
-from tests.fixtures.code_suite_solutions import SOLUTIONS
+from tests.fixtures import code_fresh_solutions, code_suite_solutions
 from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITE = [
-    orjson.loads(line)
-    for line in (ROOT / "scripts/data/code-suite.jsonl").read_bytes().splitlines()
-]
-HIDDEN: dict[str, list[str]] = orjson.loads(
-    (ROOT / "scripts/data/code-suite-hidden-tests.json").read_bytes()
-)
+
+
+def suite_rows(name: str) -> list[dict[str, Any]]:
+    """The requests of scripts/data/NAME.jsonl."""
+    return [
+        orjson.loads(line)
+        for line in (ROOT / f"scripts/data/{name}.jsonl").read_bytes().splitlines()
+    ]
+
+
+def suite_hidden(name: str) -> dict[str, list[str]]:
+    """The hidden tests of scripts/data/NAME.jsonl, by request id."""
+    return orjson.loads((ROOT / f"scripts/data/{name}-hidden-tests.json").read_bytes())
+
+
+SUITE = suite_rows("code-suite")
+HIDDEN = suite_hidden("code-suite")
+SOLUTIONS = code_suite_solutions.SOLUTIONS
+# the suite the prompts and choice rules were written on, and the dozen written after them
+SUITES = {
+    "code-suite": (SUITE, HIDDEN, SOLUTIONS),
+    "code-fresh": (
+        suite_rows("code-fresh"),
+        suite_hidden("code-fresh"),
+        code_fresh_solutions.SOLUTIONS,
+    ),
+}
 
 
 def quality_script() -> ModuleType:
@@ -33,29 +53,36 @@ def quality_script() -> ModuleType:
     return load_script("quality")
 
 
-def test_every_request_has_hidden_tests_and_a_reference_solution() -> None:
-    """The suite's requests, hidden tests and reference solutions match one to one."""
-    ids = [r["id"] for r in SUITE]
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_every_request_has_hidden_tests_and_a_reference_solution(suite: str) -> None:
+    """Each suite's requests, hidden tests and reference solutions match one to one."""
+    rows, hidden, solutions = SUITES[suite]
+    ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)) >= 12
-    assert set(ids) == set(HIDDEN) == set(SOLUTIONS)
-    assert all(len(tests) >= 5 for tests in HIDDEN.values())
+    assert set(ids) == set(hidden) == set(solutions)
+    assert all(len(tests) >= 5 for tests in hidden.values())
 
 
-@pytest.mark.parametrize("rid", sorted(HIDDEN))
-def test_hidden_tests_are_fair(rid: str) -> None:
+@pytest.mark.parametrize(
+    ("suite", "rid"), [(suite, rid) for suite in sorted(SUITES) for rid in sorted(SUITES[suite][1])]
+)
+def test_hidden_tests_are_fair(suite: str, rid: str) -> None:
     """A correct solution passes every hidden test; an empty one passes none."""
-    assert run_tests(SOLUTIONS[rid], HIDDEN[rid]).passed == len(HIDDEN[rid])
-    assert run_tests("pass", HIDDEN[rid]).passed == 0
+    _, hidden, solutions = SUITES[suite]
+    assert run_tests(solutions[rid], hidden[rid]).passed == len(hidden[rid])
+    assert run_tests("pass", hidden[rid]).passed == 0
 
 
-def test_hidden_tests_never_reach_a_prompt() -> None:
-    """No hidden test appears in any prompt code-improve sends for a suite request."""
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_hidden_tests_never_reach_a_prompt(suite: str) -> None:
+    """No hidden test appears in any prompt code-improve sends for a suite's request."""
+    rows, hidden, _ = SUITES[suite]
     job = load_job("code-improve")
     answer = Step("generate", 0, [], "x", None, {}, 0.0, 1, output="def f():\n    pass")
     critic = Step(
         "feedback", 0, [], "{}", {"actions": ["a"], "done": False, "score": 3}, {}, 0.0, 1
     )
-    for i, row in enumerate(SUITE):
+    for i, row in enumerate(rows):
         record = Record(row["id"], i + 1, row)
         texts = [
             m["content"]
@@ -66,10 +93,19 @@ def test_hidden_tests_never_reach_a_prompt() -> None:
             )
             for m in build_messages(job, record, role, t, prior)  # type: ignore[arg-type]
         ]
-        for test in HIDDEN[row["id"]]:
+        for test in hidden[row["id"]]:
             for line in test.splitlines():
                 if line.strip().startswith("assert"):
                     assert all(line.strip() not in text for text in texts)
+
+
+def test_another_suite_is_scored_by_the_hidden_tests_beside_it(tmp_path: Path) -> None:
+    """--suite FILE: its hidden tests are FILE's name with -hidden-tests.json."""
+    quality = quality_script()
+    path = quality.hidden_path(ROOT / "scripts/data/code-fresh.jsonl")
+    assert path == ROOT / "scripts/data/code-fresh-hidden-tests.json"
+    assert quality.load_hidden(path)["spiral~2"] == SUITES["code-fresh"][1]["spiral"]
+    assert quality.hidden_path(quality.SUITE) == quality.HIDDEN
 
 
 def step(role: str, t: int, output: str | None, error: str | None = None) -> dict[str, Any]:
