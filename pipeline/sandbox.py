@@ -58,6 +58,12 @@ __all__ = [
 MAX_OUTPUT_BYTES: Final = 64 * 1024  # kept of stdout (and of stderr); the rest is dropped
 MAX_DRAIN_BYTES: Final = 8 * 1024 * 1024  # a program printing more than this is killed
 MAX_ERROR_CHARS: Final = 500
+# Of a call's value as JSON, the first this many characters come back: room for every result
+# ``run_calls`` gives (at most 300 characters each, for the calls near the tests), which a
+# value cut short would lose all at once. The result pipe keeps up to six times as much:
+# the value escaped again in the result's JSON (``\uXXXX`` for a character past ASCII).
+MAX_VALUE_CHARS: Final = 256 * 1024
+_RESULT_BYTES: Final = 6 * MAX_VALUE_CHARS + 64 * 1024
 _READ_CHUNK: Final = 65536
 _KILL_WAIT_S: Final = 5.0  # a SIGKILLed child is reaped well within this
 
@@ -143,7 +149,7 @@ def _main():
                 value = json.dumps(result, allow_nan=False)
             except (TypeError, ValueError, RecursionError):
                 value = repr(result)
-            value = value[:10000]
+            value = value[:MAX_VALUE_CHARS]
     except BaseException as err:
         error = describe(err)[:2000]
     try:
@@ -157,7 +163,7 @@ def _main():
     return 0 if error is None else 1
 
 sys.exit(_main())
-"""
+""".replace("MAX_VALUE_CHARS", str(MAX_VALUE_CHARS))
 
 
 # Defined by the call expression after the program ran, so a program that ends with
@@ -658,7 +664,11 @@ def _collect(
 ) -> tuple[_Capture, _Capture, object, str | None]:
     """Read stdout, stderr and the result pipe until all close, the deadline or too much."""
     assert proc.stdout is not None and proc.stderr is not None
-    out, errs, result = _Capture(MAX_OUTPUT_BYTES), _Capture(MAX_OUTPUT_BYTES), _Capture(1 << 20)
+    out, errs, result = (
+        _Capture(MAX_OUTPUT_BYTES),
+        _Capture(MAX_OUTPUT_BYTES),
+        _Capture(_RESULT_BYTES),
+    )
     captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): errs, result_fd: result}
     reason: str | None = None
     with selectors.DefaultSelector() as sel:
