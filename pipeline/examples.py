@@ -19,6 +19,9 @@ the wrong way:
   "is", "equals", "should be"; or in parentheses right after a literal input
   (``"MCMXCIV" (1994)``); either side may be a ``code span``;
 - a doctest's call (``>>> fib(10)``) and the literal on the line after it;
+- neither side is a term of an expression or a step of a chain: an operator or an arrow
+  right before a bare input or right after a result (``38 -> 3 + 8 = 11 -> 2``) reads
+  as no example;
 - where the request annotates the function (``signatures.signatures``), the input must
   fit its parameter and the result its return type; a bare input in parentheses is read
   only when both are annotated.
@@ -86,6 +89,9 @@ _NAMED_VALUES: dict[str, Any] = {
     "dictionary": {},
     "set": set(),
 }
+# An operator or arrow beside a literal makes it part of an expression or a chain of
+# steps, not an input or a result: "38 -> 3 + 8 = 11 -> 2" states no 38 -> 3, 11 -> 1.
+_OPERATORS = frozenset("+-*/%=<>&|^@\u2192")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w)(?!\.\d)")
 _WORD = re.compile(r"(?:True|False|None)\b")
 _FUNCTION = re.compile(r"\bfunctions?\s+([A-Za-z_]\w*)\s*\(")
@@ -117,6 +123,15 @@ def _literal(text: str, i: int) -> tuple[Any, int] | None:
         return None
     ok, value = _evaluated(text[i:end])
     return (value, end) if ok else None
+
+
+def _beside_operator(text: str, i: int, step: int) -> bool:
+    """Whether the first character other than white space from ``text[i]`` on (``step`` 1)
+    or before it (``step`` -1) is an operator or an arrow."""
+    j = i if step > 0 else i - 1
+    while 0 <= j < len(text) and text[j].isspace():
+        j += step
+    return 0 <= j < len(text) and text[j] in _OPERATORS
 
 
 def _call(text: str, i: int, names: set[str]) -> tuple[str, tuple[Any, ...], int] | None:
@@ -173,7 +188,11 @@ def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Exam
         if call is not None:
             function, args, end = call
             bare = False
-        elif alone is not None and (literal := _literal(text, i)) is not None:
+        elif (
+            alone is not None
+            and (literal := _literal(text, i)) is not None
+            and not _beside_operator(text, i, -1)
+        ):
             function, args, end = alone.name, (literal[0],), literal[1]
             bare = True
         else:
@@ -188,6 +207,8 @@ def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Exam
             result = _literal(text, paren.end())
             if result is not None and text[paren.end()] != "(":
                 result = None
+        if result is not None and _beside_operator(text, result[1], 1):
+            result = None  # a term of a sum or a step of a chain, not what the call gives
         if result is not None and _fitting(by_name.get(function), args, result[0]):
             stated = text[start : result[1]].replace("`", "")
             example = Example(function, args, result[0], stated)

@@ -96,6 +96,11 @@ def test_the_examples_a_request_states_are_read_as_tests(
         # "is" and "=" only after a call; a doctest shows no literal, or another call
         'Write f(s: str) -> int: "ab" is 2, "abc" = 3.',
         "Write a function fib(n).\n>>> fib(10)\nfifty-five\n>>> fib(2) + 1\n2",
+        # a term of a sum or a step of a chain is neither input nor result
+        "Write root(n: int) -> int that sums digits until one is left (38 -> 3 + 8 = 11 -> 2).",
+        "Write root(n: int) -> int: 38 \u2192 11 \u2192 2.",
+        "Write a function fib(n). fib(3) == 1 + 1.",
+        "Write double(n: int) -> int: 2 * 19 -> 76.",
     ],
 )
 def test_what_is_not_plainly_an_example_is_not_read(request_text: str) -> None:
