@@ -386,7 +386,12 @@ def run_tests(
     there. Never raises for anything the program or its tests do.
     """
     call = f"exec({_TEST_HARNESS!r}) or __refine_tests__({list(tests)!r}, {per_test_s!r})"
-    run = run_python(code, call=call, timeout_s=timeout_s, memory_mb=memory_mb)
+    # Each test's result comes on standard error, after whatever the program writes there:
+    # all of it is read (the run is killed past MAX_DRAIN_BYTES), so that a program
+    # writing much there, or many failing tests, cannot push the later results out.
+    run = run_python(
+        code, call=call, timeout_s=timeout_s, memory_mb=memory_mb, stderr_bytes=MAX_DRAIN_BYTES
+    )
     reported: list[str | None] = []
     started = False
     for line in run.stderr.split("\n"):  # not splitlines(): it splits at \x1e too
@@ -567,11 +572,13 @@ def run_python(
     timeout_s: float = 5.0,
     memory_mb: int = 256,
     call: str | None = None,
+    stderr_bytes: int = MAX_OUTPUT_BYTES,
 ) -> SandboxResult:
     """Run ``code`` as ``__main__`` in a sandboxed child; then evaluate ``call``, if given.
 
-    ``stdin`` is the program's standard input. Never raises for anything the program
-    does: failures, limits and timeouts come back in the result.
+    ``stdin`` is the program's standard input; of its standard error the first
+    ``stderr_bytes`` are kept. Never raises for anything the program does: failures,
+    limits and timeouts come back in the result.
     """
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
@@ -581,10 +588,12 @@ def run_python(
         work = Path(tmp)
         (work / "program.py").write_text(code, encoding="utf-8", errors="replace")
         (work / "stdin.txt").write_text(stdin, encoding="utf-8", errors="replace")
-        return _run(work, timeout_s, memory_mb, call or "")
+        return _run(work, timeout_s, memory_mb, call or "", stderr_bytes)
 
 
-def _run(work: Path, timeout_s: float, memory_mb: int, call: str) -> SandboxResult:
+def _run(
+    work: Path, timeout_s: float, memory_mb: int, call: str, stderr_bytes: int
+) -> SandboxResult:
     cpu_s = math.ceil(timeout_s) + 1  # the wall-clock deadline normally fires first
     result_r, result_w = os.pipe()
     argv = [
@@ -619,7 +628,7 @@ def _run(work: Path, timeout_s: float, memory_mb: int, call: str) -> SandboxResu
     os.close(result_w)
     deadline = time.monotonic() + timeout_s
     try:
-        out, errs, result, reason = _collect(proc, result_r, deadline)
+        out, errs, result, reason = _collect(proc, result_r, deadline, stderr_bytes)
         timed_out = reason == "timeout"
         if reason is None and not _wait_exit(proc.pid, deadline):
             timed_out = True
@@ -660,13 +669,13 @@ def _run(work: Path, timeout_s: float, memory_mb: int, call: str) -> SandboxResu
 
 
 def _collect(
-    proc: subprocess.Popen[bytes], result_fd: int, deadline: float
+    proc: subprocess.Popen[bytes], result_fd: int, deadline: float, stderr_bytes: int
 ) -> tuple[_Capture, _Capture, object, str | None]:
     """Read stdout, stderr and the result pipe until all close, the deadline or too much."""
     assert proc.stdout is not None and proc.stderr is not None
     out, errs, result = (
         _Capture(MAX_OUTPUT_BYTES),
-        _Capture(MAX_OUTPUT_BYTES),
+        _Capture(stderr_bytes),
         _Capture(_RESULT_BYTES),
     )
     captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): errs, result_fd: result}

@@ -493,3 +493,14 @@ def test_run_calls_gives_every_result_of_as_many_calls_as_the_tests_bring() -> N
     got = run_calls(code, calls)
     assert got is not None and len(got) == len(calls)
     assert got[-1] == repr([f"word{i}" for i in range(399 % 40 + 20)])[:300]
+
+
+def test_run_tests_reads_every_result_past_much_written_to_standard_error() -> None:
+    """Results come on standard error: a program writing much there, and many failing tests
+    with long messages, push none of the later results out (they were counted not run)."""
+    noisy = f"import sys\nsys.stderr.write('z' * {2 * MAX_OUTPUT_BYTES})\ndef f(x):\n    return x\n"
+    assert run_tests(noisy, ["assert f(1) == 1", "assert f(1) == 2"]).passed == 1
+    failing = [f'assert f({n}) == {n} + 1, "y" * 800' for n in range(120)]
+    run = run_tests("def f(x):\n    return x\n", [*failing, "assert f(1) == 1"], timeout_s=30)
+    assert run.results[-1] is None and run.passed == 1
+    assert all(r is not None and r.startswith("`assert f(") for r in run.results[:-1])
