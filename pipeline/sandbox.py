@@ -457,6 +457,12 @@ def __refine_calls__(sources, per_call_s):
         keywords = [(k.arg, ast.unparse(k.value)) for k in node.keywords]
         return ast.unparse(node.func), [ast.unparse(a) for a in node.args], keywords
 
+    RESULT_CHARS = 300  # of each call's result, kept
+
+    def clean(text):
+        # Memory addresses left out: two runs of the same code show the same text.
+        return re.sub(r" at 0x[0-9a-fA-F]+", "", text)
+
     def run(source):
         split = parts(source)
         if split is None:
@@ -468,8 +474,9 @@ def __refine_calls__(sources, per_call_s):
         before = [shown(a) for a in args]
         text = shown(fn(*args, **kwargs))
         changed = [str(i + 1) for i, a in enumerate(args) if shown(a) != before[i]]
-        if changed:
-            text += " [argument " + ", ".join(changed) + " changed]"
+        if changed:  # said within the RESULT_CHARS kept, however long the result
+            said = " [argument " + ", ".join(changed) + " changed]"
+            text = clean(text)[: RESULT_CHARS - len(said)] + said
         return text
 
     namespace = globals()
@@ -491,7 +498,7 @@ def __refine_calls__(sources, per_call_s):
             base = next((c for c in kind.__mro__ if c.__module__ == "builtins"), kind)
             shown_base = "" if base is kind else "(" + base.__name__ + ")"
             text = "raises " + kind.__name__ + shown_base
-        results.append(re.sub(r" at 0x[0-9a-fA-F]+", "", text)[:300])
+        results.append(clean(text)[:RESULT_CHARS])
     return results
 """
 

@@ -477,6 +477,12 @@ def test_run_calls_says_which_arguments_a_call_changed() -> None:
         "None [argument 1, 2 changed]",
     )
     assert run_calls(code, ["median(*[[2, 1]])", "[median([2, 1])]"]) == ("2", "[2]")
+    # a long result is cut short, the change still said
+    (long,) = run_calls(
+        "def s(v):\n    v.sort()\n    return v", ["s(list(range(200, 0, -1)))"]
+    ) or ("",)
+    assert long.startswith("[1, 2, 3,") and long.endswith(" [argument 1 changed]")
+    assert len(long) == 300
 
 
 def test_run_calls_is_none_when_the_program_fails_before_the_calls() -> None:
