@@ -466,7 +466,7 @@ def __refine_calls__(sources, per_call_s):
     def run(source):
         split = parts(source)
         if split is None:
-            return shown(eval(source, namespace))
+            return shown(eval(source, namespace)), ""
         function, sources, keywords = split
         fn = eval(function, namespace)
         args = [eval(a, namespace) for a in sources]
@@ -474,19 +474,17 @@ def __refine_calls__(sources, per_call_s):
         before = [shown(a) for a in args]
         text = shown(fn(*args, **kwargs))
         changed = [str(i + 1) for i, a in enumerate(args) if shown(a) != before[i]]
-        if changed:  # said within the RESULT_CHARS kept, however long the result
-            said = " [argument " + ", ".join(changed) + " changed]"
-            text = clean(text)[: RESULT_CHARS - len(said)] + said
-        return text
+        return text, " [argument " + ", ".join(changed) + " changed]" if changed else ""
 
     namespace = globals()
     signal.signal(signal.SIGALRM, alarm)
     results = []
     for source in sources:
+        said = ""  # the arguments the call changed, said within RESULT_CHARS
         try:
             signal.setitimer(signal.ITIMER_REAL, per_call_s)
             try:
-                text = run(source)
+                text, said = run(source)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except CallTimeout:
@@ -498,7 +496,7 @@ def __refine_calls__(sources, per_call_s):
             base = next((c for c in kind.__mro__ if c.__module__ == "builtins"), kind)
             shown_base = "" if base is kind else "(" + base.__name__ + ")"
             text = "raises " + kind.__name__ + shown_base
-        results.append(clean(text)[:RESULT_CHARS])
+        results.append(clean(text)[: RESULT_CHARS - len(said)] + said)
     return results
 """
 
