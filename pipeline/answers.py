@@ -746,12 +746,14 @@ def foreign_calls(
 ) -> list[str]:
     """The calls of the codes' own functions in ``tests`` with a character foreign to one
     string argument added at its end: a ``#``, and a letter the string lacks (``"MCMXCIV"``
-    as ``"MCMXCIV#"`` and ``"MCMXCIVZ"``), at most ``limit``, each once. Code that looks
-    each character up in a table raises ``KeyError`` on them, where a request asks for
-    ``ValueError`` on a character it does not allow; no small change of the tests' own
-    strings (``_variants``) shows that. Only for finding such raises
-    (``stray_effect``): what code returns for such input is a behaviour no request
-    fixes, so these calls do not tell two codes apart."""
+    as ``"MCMXCIV#"`` and ``"MCMXCIVZ"``), or with the last of one argument's rows one
+    item shorter (``[[1, 2], [3, 4]]`` as ``[[1, 2], [3]]``), at most ``limit``, each
+    once. Code that looks each character up in a table raises ``KeyError`` on them, and
+    code reading a matrix's width off its first row ``IndexError``, where a request asks
+    for ``ValueError`` on a character it does not allow or on rows of different lengths;
+    no small change of the tests' own arguments (``_variants``) shows that. Only for
+    finding such raises (``stray_effect``): what code returns for such input is a
+    behaviour no request fixes, so these calls do not tell two codes apart."""
     return near_calls(codes, tests, limit)[1]
 
 
@@ -824,8 +826,18 @@ _FOREIGN_LETTERS = "zqjxkw"
 
 def _foreign(arg: ast.expr) -> list[ast.expr]:
     """A non-empty string literal with a ``#`` added at its end, and with a letter it lacks
-    (in either case) added, upper case where its letters are; nothing for anything else
-    (``foreign_calls``)."""
+    (in either case) added, upper case where its letters are; a list literal of two or
+    more list literals of one length, not empty (rows), with the last one item shorter;
+    nothing for anything else (``foreign_calls``). Tuples are left alone: ``[(1, 3), (2,
+    6)]`` is more often records of a fixed size (intervals) than rows."""
+    if isinstance(arg, ast.List):
+        rows = [item.elts for item in arg.elts if isinstance(item, ast.List)]
+        if len(rows) < 2 or len(rows) < len(arg.elts) or len({len(r) for r in rows}) > 1:
+            return []
+        if not rows[0]:
+            return []
+        last = ast.List(elts=rows[-1][:-1], ctx=ast.Load())
+        return [ast.List(elts=[*arg.elts[:-1], last], ctx=ast.Load())]
     if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value):
         return []
     v = arg.value

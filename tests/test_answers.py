@@ -630,6 +630,24 @@ def test_probe_calls_give_the_lists_in_a_list_as_tuples() -> None:
     assert not any(c.startswith("flat((") or "flat([(1" in c for c in calls)
 
 
+def test_foreign_calls_cut_the_last_of_rows_of_one_length() -> None:
+    """Two or more list rows of one length also go in with the last row one item shorter,
+    among the calls that find stray raises only (``foreign_calls``), not those that tell
+    codes apart; rows already of different lengths, a single row, tuples (records of a
+    fixed size, such as intervals) or items that are not all rows do not."""
+    code = ["def width(m):\n    return len(m[0])"]
+    tests = [
+        "assert width([[1, 2], [3, 4]]) == 2",
+        "assert width([[1], [2], [3]]) == 1",
+        "assert width([[5, 6], [7]]) == 2",
+        "assert width([[8, 9]]) == 2",
+        "assert width([(1, 3), (2, 6)]) == 2",
+        "assert width([[1, 2], 3, [4, 5]]) == 2",
+    ]
+    assert foreign_calls(code, tests) == ["width([[1, 2], [3]])", "width([[1], [2], []])"]
+    assert "width([[1, 2], [3]])" not in probe_calls(code, tests)
+
+
 def test_probe_calls_turn_the_signs_of_a_list_of_numbers() -> None:
     """A list (or tuple) of number literals also goes in with every sign turned, so code
     that seeds a maximum with -1 is told apart from code that does not; a list holding

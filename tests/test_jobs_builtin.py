@@ -881,6 +881,42 @@ def test_code_improve_says_where_an_unnamed_error_is_raised_without_a_lookup_hin
     ]
 
 
+MAT_MUL_TASK = (
+    "Write mat_mul(a: list[list[float]], b: list[list[float]]) -> list[list[float]] that "
+    "multiplies two matrices. It must raise ValueError when the columns of a are not the "
+    "rows of b, or when a matrix has rows of different lengths."
+)
+MAT_MUL = (  # reads the width of a off its first row
+    "def mat_mul(a, b):\n"
+    "    if not a or not b or len(a[0]) != len(b):\n"
+    "        raise ValueError('shapes')\n"
+    "    return [[sum(row[k] * b[k][j] for k in range(len(b))) for j in range(len(b[0]))]\n"
+    "            for row in a]"
+)
+MAT_MUL_CHECKED = MAT_MUL.replace(
+    "    return",
+    "    if len({len(r) for r in a}) > 1 or len({len(r) for r in b}) > 1:\n"
+    "        raise ValueError('ragged')\n    return",
+)
+
+
+def test_code_improve_flags_rows_of_different_lengths_met_with_another_error() -> None:
+    """No test of the answer's gives a matrix rows of different lengths; the same call
+    with the last row of a matrix one item shorter does, and the IndexError it meets where
+    the request names ValueError is a finding. Code checking its rows gets none, and a
+    request naming no error asks nothing of such rows."""
+    tests = "assert mat_mul([[1, 2], [3, 4]], [[5, 6], [7, 8]]) == [[19, 22], [43, 50]]"
+    found = code_improve_hooks.check({"task": MAT_MUL_TASK}, join(MAT_MUL, tests))
+    assert len(found) == 1
+    assert found[0].startswith(
+        "`mat_mul([[1, 2], [3]], [[5, 6], [7, 8]])` raises IndexError: list index out of range"
+    )
+    assert "the request names ValueError as the error to raise" in found[0]
+    assert code_improve_hooks.check({"task": MAT_MUL_TASK}, join(MAT_MUL_CHECKED, tests)) == []
+    plain = MAT_MUL_TASK.split(" It must")[0]
+    assert code_improve_hooks.check({"task": plain}, join(MAT_MUL, tests)) == []
+
+
 NUMERALS = "'X': 10, 'L': 50, 'C': 100, 'D': 500, 'M': 1000}"
 UPPER_ROMAN = (  # upper-cases its input: only a character no numeral holds raises KeyError
     ROMAN.replace("    if not s:", "    s = s.upper()\n    if not s:").replace("'X': 10}", NUMERALS)
