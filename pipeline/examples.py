@@ -16,15 +16,17 @@ the wrong way:
 - the result is a literal, after ``->``, ``→``, ``=>``, ``==``, "gives", "becomes",
   "returns", "yields", "should return", "maps to", "turns into", "evaluates to",
   "results in", "is converted to" (and their plain forms), after a call also ``=``,
-  "is", "equals", "should be"; or in parentheses right after a literal input
-  (``"MCMXCIV" (1994)``); either side may be a ``code span``;
+  "is", "equals", "should be"; after a bare input "is" where the result ends a clause
+  (a bracket, comma, semicolon, colon or full stop after it: ``"#fa0" is (255, 170,
+  0))``, "so row 4 is [1, 4, 6, 4, 1]."; not "is 3 characters long"); or in parentheses
+  right after a literal input (``"MCMXCIV" (1994)``); either side may be a ``code span``;
 - a doctest's call (``>>> fib(10)``) and the literal on the line after it;
 - neither side is a term of an expression or a step of a chain: an operator or an arrow
   right before a bare input or right after a result (``38 -> 3 + 8 = 11 -> 2``) reads
   as no example;
 - where the request annotates the function (``signatures.signatures``), the input must
-  fit its parameter and the result its return type; a bare input in parentheses is read
-  only when both are annotated.
+  fit its parameter and the result its return type; a bare input in parentheses, or
+  followed by "is", is read only when both are annotated.
 """
 
 from __future__ import annotations
@@ -80,6 +82,10 @@ _AFTER_CALL = re.compile(
 # A doctest: ">>> fib(10)" and, on the next line, what it shows.
 _DOCTEST = re.compile(r"^[ \t]*>>>[ \t]*(\S.*?)[ \t]*\n[ \t]*(?!>>>)(\S.*?)[ \t]*$", re.M)
 _PAREN = re.compile(r" ?(?=\()")
+# After a bare value "is" only where the result ends a clause: '"#fa0" is (255, 170, 0))',
+# "row 4 is [1, 4, 6, 4, 1].", not '"abc" is 3 characters long'.
+_BARE_IS = re.compile(r"`?\s+is\s+`?")
+_CLAUSE_END = re.compile(r"`?(?:[),;:]|\.(?!\w)|\s*$)")
 _NAMED = re.compile(r"\b(?:the|an?)\s+empty\s+(string|list|tuple|dict|dictionary|set)\b", re.I)
 _NAMED_VALUES: dict[str, Any] = {
     "string": "",
@@ -199,10 +205,15 @@ def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Exam
             i += 1
             continue
         connector = _CONNECTOR.match(text, end) or (None if bare else _AFTER_CALL.match(text, end))
-        paren = None if connector or not bare else _PAREN.match(text, end)
+        bare_is = None if connector or not bare else _BARE_IS.match(text, end)
+        paren = None if connector or bare_is or not bare else _PAREN.match(text, end)
         result = None
         if connector is not None:
             result = _literal(text, connector.end())
+        elif bare_is is not None and _annotated(alone):
+            result = _literal(text, bare_is.end())
+            if result is not None and not _CLAUSE_END.match(text, result[1]):
+                result = None
         elif paren is not None and _annotated(alone):
             result = _literal(text, paren.end())
             if result is not None and text[paren.end()] != "(":

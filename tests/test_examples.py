@@ -50,6 +50,16 @@ def read(text: str) -> list[str]:
             ["assert half(3) == 1.5"],
         ),
         (
+            'Write hex_to_rgb(color: str) -> tuple[int, int, int] for "#RGB" too ("#fa0" is '
+            "(255, 170, 0)). Row 4 is `(1, 4, 6)`; an empty string is `(0, 0, 0)`.",
+            ["assert hex_to_rgb('#fa0') == (255, 170, 0)", "assert hex_to_rgb('') == (0, 0, 0)"],
+        ),
+        (
+            "Write pascal_row(n: int) -> list[int], from row 0 = [1], so row 4 is "
+            "[1, 4, 6, 4, 1]. Row 5 is 6 numbers long",
+            ["assert pascal_row(4) == [1, 4, 6, 4, 1]"],
+        ),
+        (
             "Write a function fib(n). `fib(10)` returns `55`; fib(1) = 1, fib(2) is 1, "
             "fib(3) should be 2 and fib(4) >= 3.",
             [
@@ -93,8 +103,10 @@ def test_the_examples_a_request_states_are_read_as_tests(
         'Write secs(s: str) -> int: "1h30m" (5400 seconds), 2h gives 7200.',
         # arguments that are not literals
         "Write a function fib(n). fib(n - 1) + fib(n - 2) gives fib(n).",
-        # "is" and "=" only after a call; a doctest shows no literal, or another call
-        'Write f(s: str) -> int: "ab" is 2, "abc" = 3.',
+        # "=" only after a call, "is" after a bare input only where the result ends a
+        # clause and both sides are annotated; a doctest shows no literal, or another call
+        'Write f(s: str) -> int: "abc" is 3 characters long, "abc" = 3.',
+        'Write a function f(s): "ab" is 2.',
         "Write a function fib(n).\n>>> fib(10)\nfifty-five\n>>> fib(2) + 1\n2",
         # a term of a sum or a step of a chain is neither input nor result
         "Write root(n: int) -> int that sums digits until one is left (38 -> 3 + 8 = 11 -> 2).",
