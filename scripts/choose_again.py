@@ -527,7 +527,13 @@ def main() -> None:
     totals = Figures()
     runs = [arg for arg in args if arg != "--recheck"]
     for arg in runs:
-        text, figures = report(Path(arg), hidden, recheck, suite)
+        try:
+            text, figures = report(Path(arg), hidden, recheck, suite)
+        except KeyError as missing:
+            sys.exit(
+                f"choose_again.py: {arg} holds the request {missing}, which {suite} lacks: "
+                "name the suite it ran (--suite FILE)"
+            )
         print(text, flush=True)
         totals.merge(figures)
     if len(runs) > 1:

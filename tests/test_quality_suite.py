@@ -475,3 +475,43 @@ def test_refinements_of_failing_code_are_told_apart_by_the_prompt_they_answered(
         "fresh start": (1, 2),
         "copy retry": (0, 1),
     }
+
+
+@pytest.mark.anyio
+async def test_choose_again_reads_another_suite_by_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`choose_again.py --suite FILE RUN_DIR`: the run's request is found in FILE and its
+    answers scored by the hidden tests beside it (a request the default suite lacks)."""
+    rows, _, solutions = SUITES["code-fresh"]
+    row = next(r for r in rows if r["id"] == "pascal")
+    tests = "assert pascal_row(0) == [1]\nassert pascal_row(4) == [1, 4, 6, 4, 1]"
+    client = ScriptedClient(
+        [
+            fenced("def pascal_row(n):\n    return [1] * (n + 1)", tests),
+            '{"actions": ["fix"], "score": 3, "done": false}',
+            fenced(solutions["pascal"], tests),
+            '{"actions": [], "score": 9, "done": true}',
+        ]
+    )
+    job = dataclasses.replace(
+        load_job("code-improve"), score_threshold=None, retry_copy=False, redraft=0
+    )
+    outcome = await refine_record(Record("pascal", 1, row), job, client, RecordingSink(), Policy(1))
+    assert outcome.chosen_iteration == 1
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "outputs.jsonl").write_bytes(orjson.dumps(outcome.output_line()) + b"\n")
+    (run_dir / "traces.jsonl").write_bytes(orjson.dumps(outcome.trace_line()) + b"\n")
+    script = choose_again_script()
+    suite = ROOT / "scripts/data/code-fresh.jsonl"
+    monkeypatch.setattr("sys.argv", ["choose_again.py", "--suite", str(suite), str(run_dir)])
+    script.main()
+    assert capsys.readouterr().out.startswith(
+        f"{run_dir}: iteration 0 0/1; the run's output 1/1, gained 1 (pascal), lost 0 (-)"
+    )
+    monkeypatch.setattr("sys.argv", ["choose_again.py", str(run_dir)])
+    with pytest.raises(SystemExit) as stopped:  # the default suite has no such request
+        script.main()
+    assert "holds the request 'pascal'" in str(stopped.value)
+    assert "name the suite it ran (--suite FILE)" in str(stopped.value)
