@@ -27,7 +27,8 @@ LIMIT = 8  # values read from one request, at most
 READ_CHARS = 20_000  # of a request's text, the first this many are read
 AROUND_CHARS = 70  # of the request's words, at most this many either side of a value
 
-_QUOTED = re.compile(r"\"([^\"\n]{1,40})\"")
+# An empty "" is read too (and passed over): else `"" gives ""` quotes " gives ".
+_QUOTED = re.compile(r"\"([^\"\n]{0,40})\"")
 _SENTENCE_END = re.compile(r"[.!?](?=\s)")
 
 

@@ -27,6 +27,8 @@ def test_quoted_values_read_typographic_quotes_once_each_and_at_most_the_limit()
     many = " ".join(f'"v{i}"' for i in range(LIMIT + 3))
     assert [q.value for q in quoted_values(many)] == [f"v{i}" for i in range(LIMIT)]
     assert quoted_values("it's 'single' quotes and \"   \" blanks") == ()
+    # an empty string quoted is no value, and the words between two of them are none
+    assert [q.value for q in quoted_values('"ab" gives "Ab", and "" gives "".')] == ["ab", "Ab"]
 
 
 def test_a_value_is_used_only_inside_a_test_string_literal() -> None:
