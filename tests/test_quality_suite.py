@@ -15,7 +15,7 @@ from pipeline.loop import Policy, Step, build_messages, refine_record
 from pipeline.records import Record
 from pipeline.sandbox import run_tests
 from tests.fakes import RecordingSink, ScriptedClient
-from tests.fixtures import code_fresh_solutions, code_suite_solutions
+from tests.fixtures import code_fresh_solutions, code_suite_solutions, code_third_solutions
 from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,13 +37,18 @@ def suite_hidden(name: str) -> dict[str, list[str]]:
 SUITE = suite_rows("code-suite")
 HIDDEN = suite_hidden("code-suite")
 SOLUTIONS = code_suite_solutions.SOLUTIONS
-# the suite the prompts and choice rules were written on, and the dozen written after them
+# the suite the prompts and choice rules were written on, and the two dozens written after them
 SUITES = {
     "code-suite": (SUITE, HIDDEN, SOLUTIONS),
     "code-fresh": (
         suite_rows("code-fresh"),
         suite_hidden("code-fresh"),
         code_fresh_solutions.SOLUTIONS,
+    ),
+    "code-third": (
+        suite_rows("code-third"),
+        suite_hidden("code-third"),
+        code_third_solutions.SOLUTIONS,
     ),
 }
 
