@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pipeline import answers
-from pipeline.examples import contradicted, restated
+from pipeline.examples import Example, contradicted, restated
 from pipeline.inplace import Change, in_place_changes
 from pipeline.pyast import parsed_expression
 from pipeline.quoted import untested
@@ -235,10 +235,20 @@ def _examples_failing(asked: answers.Terms, shown: TestsRun | None) -> list[str]
         if why is not None
     ]
     return [
-        f"The request's own example ({example.stated}) fails: {why}. The request's "
-        "examples are right: fix the code so that it gives what they say."
+        f"The request's own example ({example.stated}) fails: {_why_not_raised(example, why)}. "
+        "The request's examples are right: fix the code so that it "
+        + ("raises that error for such input." if example.raises else "gives what they say.")
         for example, why in failing[:SHOWN_FAILURES]
     ]
+
+
+def _why_not_raised(example: Example, why: str) -> str:
+    """Why an example failed, without the line of its test that says a raise did not
+    happen (``Example.test``): "`raise AssertionError(...)`: AssertionError: f('x') did not
+    raise ValueError" is "f('x') did not raise ValueError"; any other failure (another
+    error raised) as it is."""
+    said = f"AssertionError: {example.call} did not raise {example.raises}"
+    return said.removeprefix("AssertionError: ") if example.raises and said in why else why
 
 
 def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[str]:

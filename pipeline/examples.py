@@ -27,6 +27,13 @@ the wrong way:
 - where the request annotates the function (``signatures.signatures``), the input must
   fit its parameter and the result its return type; a bare input in parentheses, or
   followed by "is", is read only when both are annotated.
+
+A request asking for an error also often lists inputs that must raise it: "It must raise
+ValueError for any other text, such as "1,00" or ",100"". The literals listed right
+after "such as", "like", "e.g." or "for example", in the sentence that asks for the
+error, are read as examples of the raise (``Example.raises``), where the request declares
+one function of one parameter and annotates it, each literal fitting it (a literal alone
+only: "such as a missing "#"" lists a description, not an input).
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ class Example(NamedTuple):
     args: tuple[Any, ...]
     value: Any
     stated: str  # as the request writes it: '"userId" -> "user_id"'
+    raises: str = ""  # the error the call must raise, where it gives none: "ValueError"
 
     @property
     def call(self) -> str:
@@ -62,8 +70,14 @@ class Example(NamedTuple):
 
     @property
     def test(self) -> str:
-        """The example as a test: ``assert camel_to_snake('userId') == 'user_id'``."""
-        return f"assert {self.call} == {self.value!r}"
+        """The example as a test: ``assert camel_to_snake('userId') == 'user_id'``; for a
+        raise, the call under ``try:`` failing unless it raises the error."""
+        if not self.raises:
+            return f"assert {self.call} == {self.value!r}"
+        return (
+            f"try:\n    {self.call}\nexcept {self.raises}:\n    pass\nelse:\n"
+            f"    raise AssertionError({f'{self.call} did not raise {self.raises}'!r})"
+        )
 
 
 # What parsing or evaluating a piece of prose as a Python literal may raise.
@@ -98,6 +112,13 @@ _NAMED_VALUES: dict[str, Any] = {
 # An operator or arrow beside a literal makes it part of an expression or a chain of
 # steps, not an input or a result: "38 -> 3 + 8 = 11 -> 2" states no 38 -> 3, 11 -> 1.
 _OPERATORS = frozenset("+-*/%=<>&|^@\u2192")
+# "raise ValueError for any other text, such as "1,00", ",100" or """: the error, then the
+# words that introduce the inputs listed, in the same sentence.
+_RAISE_SUCH_AS = re.compile(
+    r"\brais(?:e|es|ed)\s+(?:an?\s+)?`?([A-Z]\w*(?:Error|Exception))\b`?[^.;!?\n]*?"
+    r"(?:\bsuch\s+as|\blike|\be\.g\.|\bfor\s+(?:example|instance))[,:]?\s+"
+)
+_LISTED = re.compile(r"\s*(?:,\s*(?:(?:or|and)\s+)?|\s+(?:or|and)\s+)")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w)(?!\.\d)")
 _WORD = re.compile(r"(?:True|False|None)\b")
 _FUNCTION = re.compile(r"\bfunctions?\s+([A-Za-z_]\w*)\s*\(")
@@ -168,14 +189,38 @@ def _fitting(sig: Signature | None, args: tuple[Any, ...], value: Any) -> bool:
     """Whether the arguments fit the declared parameters and the value its return type."""
     if sig is None:
         return True
+    if not _arguments_fit(sig, args):
+        return False
+    returns = _annotation(sig.returns)
+    return returns is None or fits(value, returns, strict=True)
+
+
+def _arguments_fit(sig: Signature, args: tuple[Any, ...]) -> bool:
+    """Whether the arguments fit the declared parameters."""
     if len(args) > len(sig.params):
         return False
     for (_, source), arg in zip(sig.params, args, strict=False):
         annotation = _annotation(source)
         if annotation is not None and not fits(arg, annotation, strict=False):
             return False
-    returns = _annotation(sig.returns)
-    return returns is None or fits(value, returns, strict=True)
+    return True
+
+
+def _raising(text: str, alone: Signature | None) -> Iterable[Example]:
+    """The inputs ``text`` lists as raising an error (see the module's docstring), for
+    ``alone``, the one function of one annotated parameter the request declares."""
+    if alone is None or not alone.params[0][1]:
+        return
+    for asked in _RAISE_SUCH_AS.finditer(text):
+        error, i = asked.group(1), asked.end()
+        while (literal := _literal(text, i)) is not None:
+            value, end = literal
+            if _arguments_fit(alone, (value,)):
+                yield Example(alone.name, (value,), None, f"{error} for {text[i:end]}", error)
+            listed = _LISTED.match(text, end)
+            if listed is None:
+                break
+            i = listed.end()
 
 
 def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Example, ...]:
@@ -236,6 +281,10 @@ def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Exam
         if _fitting(by_name.get(function), args, value):
             example = Example(function, args, value, f">>> {shown.group(1)} shows {shown.group(2)}")
             found.setdefault((function, repr(args)), example)
+    for example in _raising(text, alone):
+        if len(found) >= LIMIT:
+            break
+        found.setdefault((example.function, repr(example.args)), example)
     return tuple(found.values())
 
 
@@ -314,10 +363,11 @@ def _against(unit: str, examples: Sequence[Example], *, agreeing: bool) -> Examp
         if not ok:
             continue
         for example in examples:
-            if (
-                example.function == call.func.id
-                and _same(args, example.args)
-                and _same(expected, example.value) == agreeing
-            ):
+            if example.function != call.func.id or not _same(args, example.args):
+                continue
+            if example.raises:  # any value expected of a call that must raise is wrong
+                if not agreeing:
+                    return example
+            elif _same(expected, example.value) == agreeing:
                 return example
     return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.examples import LIMIT, contradicted, stated_examples
+from pipeline.examples import LIMIT, contradicted, restated, stated_examples
 from pipeline.signatures import signatures
 
 
@@ -166,3 +166,49 @@ def test_results_compare_as_literals_numbers_by_value_sequences_by_kind() -> Non
     pairs = stated_examples('Write a function p(s). p("a") gives [("a", 1)].')
     assert contradicted("assert p('a') == [('a', 1)]", pairs) is None
     assert contradicted("assert p('a') == [['a', 1]]", pairs) == pairs[0]  # lists for tuples
+
+
+GROUPED = (
+    "Write parse_grouped(text: str) -> int that reads 1,000-style numbers. It must raise "
+    'ValueError for any other text, such as "1,00", "1000,000", ",100" or "". It '
+    'raises TypeError for input like "x".'
+)
+
+
+def test_inputs_listed_as_raising_the_error_a_request_asks_for_are_read_as_raises() -> None:
+    """The literals listed right after "such as" (or "like", "e.g.", "for example") in
+    the sentence asking for an error are examples of the raise, as tests that fail unless
+    the call raises it; a test expecting any value of such a call contradicts it."""
+    found = stated_examples(GROUPED, signatures(GROUPED))
+    assert [(e.stated, e.raises) for e in found] == [
+        ('ValueError for "1,00"', "ValueError"),
+        ('ValueError for "1000,000"', "ValueError"),
+        ('ValueError for ",100"', "ValueError"),
+        ('ValueError for ""', "ValueError"),
+        ('TypeError for "x"', "TypeError"),
+    ]
+    assert found[2].test == (
+        "try:\n    parse_grouped(',100')\nexcept ValueError:\n    pass\nelse:\n"
+        "    raise AssertionError(\"parse_grouped(',100') did not raise ValueError\")"
+    )
+    assert contradicted("assert parse_grouped(',100') == 100", found) == found[2]
+    assert contradicted("assert parse_grouped('1,000') == 1000", found) is None
+    assert restated("assert parse_grouped(',100') == 100", found) is None
+
+
+@pytest.mark.parametrize(
+    "request_text",
+    [
+        # a description listed, not an input
+        'Write h(color: str) -> int. It must raise ValueError for input such as a missing "#".',
+        # no error asked for in the sentence, or the list in another sentence
+        'Write h(color: str) -> int that reads colours such as "red" or "blue".',
+        'Write h(color: str) -> int. It must raise ValueError. Colours such as "red" are read.',
+        # the parameter not annotated, more than one parameter, a literal not fitting it
+        'Write a function h(color). It must raise ValueError for input such as "x".',
+        'Write h(color: str, n: int) -> int. It must raise ValueError for input such as "x".',
+        "Write h(color: str) -> int. It must raise ValueError for input such as 5.",
+    ],
+)
+def test_what_is_not_plainly_an_input_that_raises_is_not_read(request_text: str) -> None:
+    assert stated_examples(request_text, signatures(request_text)) == ()

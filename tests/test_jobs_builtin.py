@@ -917,6 +917,40 @@ def test_code_improve_flags_rows_of_different_lengths_met_with_another_error() -
     assert code_improve_hooks.check({"task": plain}, join(MAT_MUL, tests)) == []
 
 
+def test_code_improve_runs_the_inputs_a_request_lists_as_raising_its_error() -> None:
+    """Inputs the request lists as raising ValueError ("such as "1,00" or ",100"") run as
+    its examples: code returning a value for one gets a finding naming the call, and a
+    test expecting a value for one is left out as contradicting the request."""
+    task = (
+        "Write parse_grouped(text: str) -> int that reads numbers with commas as thousands "
+        'separators. It must raise ValueError for any other text, such as "1,00" or ",100".'
+    )
+    lenient = "def parse_grouped(text):\n    return int(text.replace(',', ''))"
+    tests = "assert parse_grouped('1,000') == 1000\nassert parse_grouped(',100') == 100"
+    found = code_improve_hooks.check({"task": task}, join(lenient, tests))
+    assert found[:2] == [
+        f"The request's own example (ValueError for {value}) fails: parse_grouped('{value[1:-1]}') "
+        "did not raise ValueError. The request's examples are right: fix the code so that it "
+        "raises that error for such input."
+        for value in ('"1,00"', '",100"')
+    ]
+    assert found[2].startswith("Tests that expect another result than the request's own")
+    assert (
+        "`assert parse_grouped(',100') == 100` (the request: ValueError for \",100\")" in found[2]
+    )
+    got = code_improve_hooks.evaluate({"task": task}, join(lenient, tests))
+    assert (got["examples_passed"], got["examples_total"]) == (0, 2)
+    assert (got["tests_passed"], got["tests_total"]) == (1, 1)
+    strict = lenient.replace(
+        "    return",
+        "    if text.startswith(',') or text.endswith(',00'):"
+        "\n        raise ValueError(text)\n    return",
+    )
+    got = code_improve_hooks.evaluate({"task": task}, join(strict, tests))
+    assert (got["examples_passed"], got["examples_total"]) == (2, 2)
+    assert (got["tests_passed"], got["tests_total"]) == (1, 1)  # the test of ",100" left out
+
+
 NUMERALS = "'X': 10, 'L': 50, 'C': 100, 'D': 500, 'M': 1000}"
 UPPER_ROMAN = (  # upper-cases its input: only a character no numeral holds raises KeyError
     ROMAN.replace("    if not s:", "    s = s.upper()\n    if not s:").replace("'X': 10}", NUMERALS)
