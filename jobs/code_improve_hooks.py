@@ -326,22 +326,29 @@ def _where_changed(code: str, changed: list[tuple[str, str]]) -> str:
     (``inplace.in_place_changes``), as a sentence to put in the finding; "" when none
     is found."""
     changes: dict[Change, None] = {}
+    functions: dict[Change, str] = {}
     for call, effect in changed:
         node = parsed_expression(call)
         positions = [int(p) for p in re.findall(r"\d+", effect)]  # "changes argument 1, 2"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            changes.update(dict.fromkeys(in_place_changes(code, node.func.id, positions)))
+            found = in_place_changes(code, node.func.id, positions)
+            changes.update(dict.fromkeys(found))
+            functions.update((change, node.func.id) for change in found)
     if not changes:
         return ""
     shown = "; ".join(f"line {c.line}, `{c.source[:60]}`" for c in list(changes)[:SHOWN_STRAY])
     more = len(changes) - SHOWN_STRAY
     shown += f" (and {more} more)" if more > 0 else ""
     sorts = [c.parameter for c in changes if c.sorts]
-    copy = (
-        f" `sorted({sorts[0]})` gives a sorted copy and leaves `{sorts[0]}` as it is."
-        if sorts
-        else ""
-    )
+    if sorts:
+        copy = f" `sorted({sorts[0]})` gives a sorted copy and leaves `{sorts[0]}` as it is."
+    else:  # a small model told to work on a copy writes the same loop again: say how
+        first = next(iter(changes))
+        name = first.parameter
+        copy = (
+            f" Copy it before changing it: make `{name} = copy.deepcopy({name})` the first "
+            f"line of `{functions[first]}` (with `import copy` above it)."
+        )
     return f" It is changed in place at {shown}.{copy}"
 
 

@@ -1055,6 +1055,11 @@ def test_code_improve_names_the_lines_that_change_an_argument() -> None:
     assert len(found) == 1
     assert "changed in place at line 5, `m[i][j], m[j][i] = m[j][i], m[i][j]`; line 8, " in found[0]
     assert "(and 1 more)" in found[0] and "sorted" not in found[0]
+    # not a sort: how to copy the argument first, by the parameter's and function's names
+    assert found[0].endswith(
+        "Copy it before changing it: make `m = copy.deepcopy(m)` the first line of `rotate` "
+        "(with `import copy` above it). Leave the arguments as they are (work on a copy)."
+    )
     aliased = "def median(v):\n    w = v\n    w.sort()\n    return w[len(w) // 2]"
     found = code_improve_hooks.check(
         {"task": "Return the median."}, join(aliased, "assert median([3, 1, 2]) == 2")
