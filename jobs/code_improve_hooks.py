@@ -247,8 +247,8 @@ def _why_not_raised(example: Example, why: str) -> str:
     happen (``Example.test``): "`raise AssertionError(...)`: AssertionError: f('x') did not
     raise ValueError" is "f('x') did not raise ValueError"; any other failure (another
     error raised) as it is."""
-    said = f"AssertionError: {example.call} did not raise {example.raises}"
-    return said.removeprefix("AssertionError: ") if example.raises and said in why else why
+    said = f"{example.call} did not raise {example.raises}"
+    return said if example.raises and f"AssertionError: {said}" in why else why
 
 
 def _stray_effects(asked: answers.Terms, code: str, units: list[str]) -> list[str]:

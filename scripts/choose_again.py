@@ -510,6 +510,17 @@ def report(
     return text, figures
 
 
+def _not_in_suite(run_dir: Path, hidden: dict[str, list[str]]) -> str | None:
+    """The first request of the run that the suite (its ``hidden`` tests) lacks, or None."""
+    for raw in (run_dir / "outputs.jsonl").read_bytes().splitlines():
+        rid = orjson.loads(raw)["id"]
+        try:
+            hidden[rid]
+        except KeyError:
+            return str(rid)
+    return None
+
+
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
@@ -527,13 +538,13 @@ def main() -> None:
     totals = Figures()
     runs = [arg for arg in args if arg != "--recheck"]
     for arg in runs:
-        try:
-            text, figures = report(Path(arg), hidden, recheck, suite)
-        except KeyError as missing:
+        missing = _not_in_suite(Path(arg), hidden)
+        if missing is not None:
             sys.exit(
-                f"choose_again.py: {arg} holds the request {missing}, which {suite} lacks: "
+                f"choose_again.py: {arg} holds the request {missing!r}, which {suite} lacks: "
                 "name the suite it ran (--suite FILE)"
             )
+        text, figures = report(Path(arg), hidden, recheck, suite)
         print(text, flush=True)
         totals.merge(figures)
     if len(runs) > 1:
