@@ -247,7 +247,7 @@ def _why_not_raised(example: Example, why: str) -> str:
     happen (``Example.test``): "`raise AssertionError(...)`: AssertionError: f('x') did not
     raise ValueError" is "f('x') did not raise ValueError"; any other failure (another
     error raised) as it is."""
-    said = f"{example.call} did not raise {example.raises}"
+    said = example.not_raised
     return said if example.raises and f"AssertionError: {said}" in why else why
 
 
@@ -325,15 +325,13 @@ def _where_changed(code: str, changed: list[tuple[str, str]]) -> str:
     """The statements that change the arguments the ``changed`` calls changed
     (``inplace.in_place_changes``), as a sentence to put in the finding; "" when none
     is found."""
-    changes: dict[Change, None] = {}
-    functions: dict[Change, str] = {}
+    changes: dict[Change, str] = {}  # each change, in order, and the function making it
     for call, effect in changed:
         node = parsed_expression(call)
         positions = [int(p) for p in re.findall(r"\d+", effect)]  # "changes argument 1, 2"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            found = in_place_changes(code, node.func.id, positions)
-            changes.update(dict.fromkeys(found))
-            functions.update((change, node.func.id) for change in found)
+            for change in in_place_changes(code, node.func.id, positions):
+                changes.setdefault(change, node.func.id)
     if not changes:
         return ""
     shown = "; ".join(f"line {c.line}, `{c.source[:60]}`" for c in list(changes)[:SHOWN_STRAY])
@@ -343,11 +341,11 @@ def _where_changed(code: str, changed: list[tuple[str, str]]) -> str:
     if sorts:
         copy = f" `sorted({sorts[0]})` gives a sorted copy and leaves `{sorts[0]}` as it is."
     else:  # a small model told to work on a copy writes the same loop again: say how
-        first = next(iter(changes))
+        first, function = next(iter(changes.items()))
         name = first.parameter
         copy = (
             f" Copy it before changing it: make `{name} = copy.deepcopy({name})` the first "
-            f"line of `{functions[first]}` (with `import copy` above it)."
+            f"line of `{function}` (with `import copy` above it)."
         )
     return f" It is changed in place at {shown}.{copy}"
 

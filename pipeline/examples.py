@@ -76,8 +76,13 @@ class Example(NamedTuple):
             return f"assert {self.call} == {self.value!r}"
         return (
             f"try:\n    {self.call}\nexcept {self.raises}:\n    pass\nelse:\n"
-            f"    raise AssertionError({f'{self.call} did not raise {self.raises}'!r})"
+            f"    raise AssertionError({self.not_raised!r})"
         )
+
+    @property
+    def not_raised(self) -> str:
+        """What the test of a raise says when the call does not raise it."""
+        return f"{self.call} did not raise {self.raises}"
 
 
 # What parsing or evaluating a piece of prose as a Python literal may raise.
