@@ -19,7 +19,7 @@ from typing import Any
 from pipeline import answers
 from pipeline.examples import Example, contradicted, restated
 from pipeline.inplace import Change, in_place_changes
-from pipeline.pyast import parsed_expression
+from pipeline.pyast import parsed, parsed_expression
 from pipeline.quoted import untested
 from pipeline.sandbox import TestsRun, run_calls, run_tests, syntax_problem
 from pipeline.signatures import contradiction
@@ -131,6 +131,7 @@ def check(fields: Mapping[str, Any], output: str) -> list[str]:
         wrong = [e for e, why in zip(asked.examples, shown.results, strict=True) if why]
         failures = [(u, r) for u, r in failures if restated(u, wrong) is None]
     found += [_failing(unit, why, asked.errors) for unit, why in failures[:SHOWN_FAILURES]]
+    found += _immutable(code, [why for _, why in failures])
     if any(not _missing(why) for _, why in failures):  # not only tests written for pytest
         more = len(failures) - SHOWN_FAILURES
         found.append(
@@ -337,9 +338,9 @@ def _where_changed(code: str, changed: list[tuple[str, str]]) -> str:
     shown = "; ".join(f"line {c.line}, `{c.source[:60]}`" for c in list(changes)[:SHOWN_STRAY])
     more = len(changes) - SHOWN_STRAY
     shown += f" (and {more} more)" if more > 0 else ""
-    sorts = [c.parameter for c in changes if c.sorts]
+    sorts = [c for c in changes if c.sorts]
     if sorts:
-        copy = f" `sorted({sorts[0]})` gives a sorted copy and leaves `{sorts[0]}` as it is."
+        copy = _sorted_copy(sorts[0])
     else:  # a small model told to work on a copy writes the same loop again: say how
         first, function = next(iter(changes.items()))
         name = first.parameter
@@ -348,6 +349,90 @@ def _where_changed(code: str, changed: list[tuple[str, str]]) -> str:
             f"line of `{function}` (with `import copy` above it)."
         )
     return f" It is changed in place at {shown}.{copy}"
+
+
+def _sorted_copy(change: Change) -> str:
+    """How to sort a copy where ``change`` sorts the argument in place: the line itself,
+    rewritten, where it sorts the parameter by its name (``v.sort(key=f)`` becomes
+    ``v = sorted(v, key=f)``); else that ``sorted`` gives a copy. (Told only the latter,
+    the 1.5B model wrote ``intervals.sort(...)`` again in every answer of merge-intervals.)"""
+    name = change.parameter
+    node = parsed_expression(change.source)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == name
+    ):
+        given = [ast.unparse(a) for a in node.args] + [ast.unparse(k) for k in node.keywords]
+        return (
+            f" Write line {change.line} as `{name} = sorted({', '.join([name, *given])})`: "
+            f"a sorted copy, which leaves the caller's `{name}` as it is."
+        )
+    return f" `sorted({name})` gives a sorted copy and leaves `{name}` as it is."
+
+
+# A failing test's reason where the code assigned an item of a value that cannot change.
+_ITEM_ASSIGNMENT = re.compile(
+    r"TypeError: '(tuple|str)' object does not support item assignment "
+    r"\(raised in [\w<>.]+, line (\d+) of the code"
+)
+
+
+def _immutable(code: str, whys: Sequence[str]) -> list[str]:
+    """Where a test failed because the code assigned an item of a tuple or a string, how
+    to put a new one in its place, once, by the first such line: ``merged[-1][1] = end``
+    becomes ``merged[-1] = (*merged[-1][:1], end, *merged[-1][2:])``. [] where none did,
+    or the line is no single assignment of one item. (Shown only the TypeError, the 1.5B
+    model wrote the same assignment into a list of tuples in every answer of
+    merge-intervals, six runs.)"""
+    lines = code.splitlines()
+    for why in whys:
+        match = _ITEM_ASSIGNMENT.search(why)
+        if match is None or not 0 < int(match.group(2)) <= len(lines):
+            continue
+        kind, number = match.group(1), int(match.group(2))
+        tree = parsed(lines[number - 1].strip())
+        stmt = tree.body[0] if tree is not None and len(tree.body) == 1 else None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], ast.unparse(stmt.value)
+        elif isinstance(stmt, ast.AugAssign):
+            target = stmt.target
+            value = ast.unparse(ast.BinOp(left=stmt.target, op=stmt.op, right=stmt.value))
+        else:
+            continue
+        if not isinstance(target, ast.Subscript) or isinstance(target.slice, ast.Slice):
+            continue
+        whole = ast.unparse(target.value)
+        rebuilt = _with_item(whole, target.slice, value, kind)
+        return [
+            f"`{whole}` is a {kind}, and a {kind} cannot be changed in place: line {number}, "
+            f"`{ast.unparse(stmt)[:80]}`, fails so. Put a new {kind} in its place: "
+            f"`{whole} = {rebuilt}`."
+        ]
+    return []
+
+
+def _with_item(whole: str, index: ast.expr, item: str, kind: str) -> str:
+    """``whole`` with the item at ``index`` replaced by ``item``: a tuple of the items
+    around it, ``(*t[:1], v, *t[2:])`` (a tuple also where ``whole`` is a list, as a
+    probe's argument may be), or a string's slices joined, ``s[:1] + v + s[2:]``; a
+    negative literal index counts from the end (``(*t[:-1], v)`` for ``-1``)."""
+    try:
+        at = ast.literal_eval(index)
+    except (ValueError, TypeError):  # not a literal: a name, an expression
+        at = None
+    if isinstance(at, int) and not isinstance(at, bool):
+        before = f"{whole}[:{at}]" if at != 0 else ""
+        after = f"{whole}[{at + 1}:]" if at != -1 else ""
+    else:
+        shown = ast.unparse(index)
+        before, after = f"{whole}[:{shown}]", f"{whole}[{shown} + 1:]"
+    if kind == "str":
+        return " + ".join(part for part in (before, item, after) if part)
+    parts = [f"*{before}"] if before else []
+    parts += [item, f"*{after}"] if after else [item]
+    return "(" + ", ".join(parts) + ")"
 
 
 def _examples(stray: list[tuple[str, str]]) -> str:

@@ -1028,8 +1028,8 @@ def test_code_improve_flags_a_result_that_changes_the_callers_value() -> None:
     assert len(found) == 1 and found[0].startswith("`median([3, 1, 2])` changes argument 1")
     assert "work on a copy" in found[0]
     assert (
-        "It is changed in place at line 2, `v.sort()`. `sorted(v)` gives a sorted copy"
-        in (found[0])
+        "It is changed in place at line 2, `v.sort()`. Write line 2 as `v = sorted(v)`: a "
+        "sorted copy, which leaves the caller's `v` as it is." in found[0]
     )
     assert (
         code_improve_hooks.check({"task": "Sort in place; return the median."}, join(sorts, tests))
@@ -1037,6 +1037,105 @@ def test_code_improve_flags_a_result_that_changes_the_callers_value() -> None:
     )
     copies = "def median(v):\n    return sorted(v)[len(v) // 2]"
     assert code_improve_hooks.check({"task": "Return the median."}, join(copies, tests)) == []
+
+
+def _written_as(code: str, number: int, statement: str) -> str:
+    """``code`` with line ``number`` replaced by ``statement``, at that line's indentation."""
+    lines = code.splitlines()
+    indent = lines[number - 1][: len(lines[number - 1]) - len(lines[number - 1].lstrip())]
+    lines[number - 1] = indent + statement
+    return "\n".join(lines)
+
+
+def test_code_improve_says_how_to_sort_a_copy_by_the_line_that_sorts() -> None:
+    """The finding on a parameter sorted in place gives that line written with `sorted`,
+    its arguments kept; written so, the code no longer changes the caller's list. A sort
+    of an item (`v[0].sort()`) keeps the general sentence."""
+    code = (
+        "def merge(spans):\n    spans.sort(key=lambda s: s[0], reverse=True)\n"
+        "    return [s[0] for s in spans]"
+    )
+    tests = "assert merge([(1, 2), (3, 4)]) == [3, 1]"
+    task = {"task": "Return the starts, latest first."}
+    (found,) = code_improve_hooks.check(task, join(code, tests))
+    assert "Write line 2 as `spans = sorted(spans, key=lambda s: s[0], reverse=True)`" in found
+    assert (
+        code_improve_hooks.check(
+            task,
+            join(
+                _written_as(code, 2, "spans = sorted(spans, key=lambda s: s[0], reverse=True)"),
+                tests,
+            ),
+        )
+        == []
+    )
+    item = "def first(v):\n    v[0].sort()\n    return v[0][0]"
+    (found,) = code_improve_hooks.check(
+        {"task": "Return the least of the first row."}, join(item, "assert first([[2, 1]]) == 1")
+    )
+    assert "`sorted(v)` gives a sorted copy" in found and "Write line" not in found
+
+
+@pytest.mark.parametrize(
+    ("line", "given", "result"),
+    [
+        (
+            "merged[-1][1] = max(merged[-1][1], end)",
+            "merged[-1] = (*merged[-1][:1], max(merged[-1][1], end), *merged[-1][2:])",
+            "(1, 6)",
+        ),
+        (
+            "merged[-1][0] = min(merged[-1][0], start)",
+            "merged[-1] = (min(merged[-1][0], start), *merged[-1][1:])",
+            "(0, 3)",
+        ),
+        (
+            "merged[-1][-1] += end - merged[-1][-1]",
+            "merged[-1] = (*merged[-1][:-1], merged[-1][-1] + (end - merged[-1][-1]))",
+            "(1, 6)",
+        ),
+    ],
+)
+def test_code_improve_says_how_to_replace_an_item_of_a_tuple(
+    line: str, given: str, result: str
+) -> None:
+    """A test failing because the code assigns an item of a tuple gets one finding, after
+    the failing tests, with the statement that puts a new tuple in its place (a literal
+    index from the start or the end, an augmented assignment); the code with that line
+    written so passes the tests it failed."""
+    code = (
+        "def widen(spans):\n    merged = [spans[0]]\n    for start, end in spans[1:]:\n"
+        f"        {line}\n    return merged"
+    )
+    tests = f"assert widen([(1, 3), (0, 6)]) == [{result}]"
+    found = code_improve_hooks.check({"task": "Widen the first span."}, join(code, tests))
+    assert found[0].startswith("Failing test") and "does not support item assignment" in found[0]
+    (hint,) = [f for f in found if f.startswith("`merged[-1]` is a tuple")]
+    assert hint.endswith(f"Put a new tuple in its place: `{given}`.")
+    assert f"line 4, `{line}`, fails so" in hint
+    fixed = join(_written_as(code, 4, given), tests)
+    assert code_improve_hooks.evaluate({"task": "Widen."}, fixed)["tests_failed"] == []
+
+
+def test_code_improve_says_how_to_replace_a_character_of_a_string() -> None:
+    """A string's character assigned at an index named by a variable: the finding gives
+    the string rebuilt from slices, and the code written so passes its test; a failing
+    test of another kind gets no such finding."""
+    code = "def cap(s, i):\n    s[i] = s[i].upper()\n    return s"
+    tests = "assert cap('abc', 1) == 'aBc'"
+    found = code_improve_hooks.check({"task": "Capitalize one letter."}, join(code, tests))
+    (hint,) = [f for f in found if f.startswith("`s` is a str")]
+    assert hint.endswith("Put a new str in its place: `s = s[:i] + s[i].upper() + s[i + 1:]`.")
+    assert (
+        code_improve_hooks.check(
+            {"task": "Capitalize one letter."},
+            join(_written_as(code, 2, "s = s[:i] + s[i].upper() + s[i + 1:]"), tests),
+        )
+        == []
+    )
+    wrong = "def cap(s, i):\n    return s"
+    found = code_improve_hooks.check({"task": "Capitalize one letter."}, join(wrong, tests))
+    assert not any("cannot be changed in place" in f for f in found)
 
 
 def test_code_improve_names_the_lines_that_change_an_argument() -> None:
