@@ -405,9 +405,10 @@ def _immutable(code: str, whys: Sequence[str]) -> list[str]:
             continue
         whole = ast.unparse(target.value)
         rebuilt = _with_item(whole, target.slice, value, kind)
+        noun = "string" if kind == "str" else kind
         return [
-            f"`{whole}` is a {kind}, and a {kind} cannot be changed in place: line {number}, "
-            f"`{ast.unparse(stmt)[:80]}`, fails so. Put a new {kind} in its place: "
+            f"`{whole}` is a {noun}, and a {noun} cannot be changed in place: line {number}, "
+            f"`{ast.unparse(stmt)[:80]}`, fails so. Put a new {noun} in its place: "
             f"`{whole} = {rebuilt}`."
         ]
     return []

@@ -1124,8 +1124,8 @@ def test_code_improve_says_how_to_replace_a_character_of_a_string() -> None:
     code = "def cap(s, i):\n    s[i] = s[i].upper()\n    return s"
     tests = "assert cap('abc', 1) == 'aBc'"
     found = code_improve_hooks.check({"task": "Capitalize one letter."}, join(code, tests))
-    (hint,) = [f for f in found if f.startswith("`s` is a str")]
-    assert hint.endswith("Put a new str in its place: `s = s[:i] + s[i].upper() + s[i + 1:]`.")
+    (hint,) = [f for f in found if f.startswith("`s` is a string")]
+    assert hint.endswith("Put a new string in its place: `s = s[:i] + s[i].upper() + s[i + 1:]`.")
     assert (
         code_improve_hooks.check(
             {"task": "Capitalize one letter."},
