@@ -917,6 +917,32 @@ def test_code_improve_flags_rows_of_different_lengths_met_with_another_error() -
     assert code_improve_hooks.check({"task": plain}, join(MAT_MUL, tests)) == []
 
 
+def test_code_improve_writes_out_the_check_on_rows_of_different_lengths() -> None:
+    """Where a matrix with rows of different lengths meets another error than the one the
+    request names, and the request speaks of lengths, the finding gives the check in the
+    code's own parameter names, for each parameter such a call gave rows of different
+    lengths; put at the start of the function, it clears the finding. A request saying
+    nothing of lengths gets the general sentence only."""
+    tests = "assert mat_mul([[1, 2], [3, 4]], [[5, 6], [7, 8]]) == [[19, 22], [43, 50]]"
+    code = (  # MAT_MUL with other parameter names
+        "def mat_mul(left, right):\n"
+        "    if not left or not right or len(left[0]) != len(right):\n"
+        "        raise ValueError('shapes')\n"
+        "    return [[sum(row[k] * right[k][j] for k in range(len(right)))\n"
+        "             for j in range(len(right[0]))] for row in left]"
+    )
+    (found,) = code_improve_hooks.check({"task": MAT_MUL_TASK}, join(code, tests))
+    check = "if len({len(row) for row in left}) > 1 or len({len(row) for row in right}) > 1:"
+    assert f"check `{check}` and raise ValueError before using the rows" in found
+    lines = code.splitlines()
+    checked = "\n".join([lines[0], "    " + check, "        raise ValueError('rows')", *lines[1:]])
+    assert code_improve_hooks.check({"task": MAT_MUL_TASK}, join(checked, tests)) == []
+    silent = MAT_MUL_TASK.replace(", or when a matrix has rows of different lengths", "")
+    (general,) = code_improve_hooks.check({"task": silent}, join(code, tests))
+    assert "the request names ValueError as the error to raise" in general
+    assert "Rows of different lengths" not in general
+
+
 def test_code_improve_runs_the_inputs_a_request_lists_as_raising_its_error() -> None:
     """Inputs the request lists as raising ValueError ("such as "1,00" or ",100"") run as
     its examples: code returning a value for one gets a finding naming the call, and a
