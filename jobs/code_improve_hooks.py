@@ -333,10 +333,11 @@ _ROW_LENGTHS = re.compile(
 def _rows_hint(asked: answers.Terms, code: str, raised: list[tuple[str, str]], names: str) -> str:
     """For stray raises on a matrix with rows of different lengths (the foreign calls'
     shortened last row), the check that raises the named error instead, in the code's own
-    parameter names: `if len({len(row) for row in a}) > 1:`. On the suite's matrix request
-    no answer in eight runs checked its rows under the general sentence; with the check
-    written out, most did (docs/quality.md, "Rows of different lengths, said how"). ""
-    where the request says nothing of lengths or no parameter is known for the argument."""
+    parameter names: `if len({len(row) for row in a}) > 1:`. On the fresh dozen's matrix
+    request no answer in eight runs checked its rows under the general sentence; sampled
+    with the check written out, 11 of 12 answers wrote it and 4 were right, against 0 of
+    12 before (docs/quality.md, "Rows of different lengths, said how"). "" where the
+    request says nothing of lengths or no parameter is known for the argument."""
     if not any(_ROW_LENGTHS.search(text) for text in asked.texts):
         return ""
     params: list[str] = []
