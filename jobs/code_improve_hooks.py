@@ -345,10 +345,10 @@ def _rows_hint(asked: answers.Terms, code: str, raised: list[tuple[str, str]], n
         node = parsed_expression(call)
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             continue
-        names_of = _parameters(code, node.func.id)
+        declared = _parameters(code, node.func.id)
         for i, arg in enumerate(node.args):
-            if i < len(names_of) and _ragged(arg) and names_of[i] not in params:
-                params.append(names_of[i])
+            if i < len(declared) and _ragged(arg) and declared[i] not in params:
+                params.append(declared[i])
     if not params:
         return ""
     test = " or ".join(f"len({{len(row) for row in {p}}}) > 1" for p in params)
