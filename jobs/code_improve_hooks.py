@@ -338,14 +338,15 @@ def _rows_hint(asked: answers.Terms, code: str, raised: list[tuple[str, str]], n
     with the check written out, 11 of 12 answers wrote it and 4 were right, against 0 of
     12 before (docs/quality.md, "Rows of different lengths, said how"). "" where the
     request says nothing of lengths or no parameter is known for the argument."""
-    if not any(_ROW_LENGTHS.search(text) for text in asked.texts):
+    tree = parsed(code)
+    if tree is None or not any(_ROW_LENGTHS.search(text) for text in asked.texts):
         return ""
     params: list[str] = []
     for call, _ in raised:
         node = parsed_expression(call)
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             continue
-        declared = _parameters(code, node.func.id)
+        declared = _parameters(tree, node.func.id)
         for i, arg in enumerate(node.args):
             if i < len(declared) and _ragged(arg) and declared[i] not in params:
                 params.append(declared[i])
@@ -358,12 +359,11 @@ def _rows_hint(asked: answers.Terms, code: str, raised: list[tuple[str, str]], n
     )
 
 
-def _parameters(code: str, function: str) -> list[str]:
-    """The positional parameters of ``function`` as ``code`` defines it (its last
-    definition); [] where it defines none by that name."""
-    tree = parsed(code)
+def _parameters(tree: ast.Module, function: str) -> list[str]:
+    """The positional parameters of ``function`` as the code's ``tree`` defines it (its
+    last definition); [] where it defines none by that name."""
     found: list[str] = []
-    for node in ast.walk(tree) if tree is not None else ():
+    for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == function:
             found = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
     return found
