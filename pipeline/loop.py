@@ -193,10 +193,12 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
     behaves on calls near those the tests make.
 
     The value of the ``tests_pooled`` metric: ``{"total": tests, "passed": [per program],
-    "behaviour": [per program], "stray": [per program], "raised": [per program]}``. Code
-    that does not parse, or fails before any test runs, passes none. A behaviour is a digest
-    of what the code gave on every call of ``answers.probe_calls`` (equal digests: the same
-    results on all of them), or None when the calls could not run; its stray count is how
+    "behaviour": [per program], "agreement": [per program], "stray": [per program],
+    "raised": [per program]}``. Code that does not parse, or fails before any test runs,
+    passes none. A behaviour is a digest of what the code gave on every call of
+    ``answers.probe_calls`` (equal digests: the same results on all of them), or None when
+    the calls could not run; its agreement, how alike the other programs behave on those
+    calls (``_agreement``); its stray count is how
     many of those calls, and of the same with a character foreign to a string argument
     (``answers.foreign_calls``), did what the request (its ``asked`` terms) does not ask
     for: raised an error it does not name (or a ``NameError``), changed an argument
@@ -211,12 +213,14 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
     probes, foreign = artifacts.near_calls(codes, near)  # foreign: for the stray count only
     passed: list[int] = []
     behaviour: list[str | None] = []
+    returned: list[Sequence[str] | None] = []  # what each code gave on the probe calls
     stray: list[int] = []
     raised: list[int] = []
     for code in codes:
         if not code.strip() or syntax_problem(code) is not None:
             passed.append(0)
             behaviour.append(None)
+            returned.append(None)
             stray.append(0)
             raised.append(0)
             continue
@@ -226,6 +230,7 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
         else:
             passed.append(0)
         results = run_calls(code, probes + foreign)
+        returned.append(None if results is None else results[: len(probes)])
         behaviour.append(
             None
             if results is None
@@ -241,9 +246,49 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
         "total": len(pool),
         "passed": passed,
         "behaviour": behaviour,
+        "agreement": _agreement(returned, [artifacts.normalized(code) for code in codes]),
         "stray": stray,
         "raised": raised,
     }
+
+
+def _agreement(
+    returned: Sequence[Sequence[str] | None], programs: Sequence[str]
+) -> list[float | None]:
+    """For each program, how alike the other distinct programs behave on the probe calls:
+    the sum, over every other program (a copy of its code, or of another's, counts once),
+    of the share of the calls both returned a value on where the values are equal; None
+    where its calls did not run. Calls where either raised or ran out of time are left out:
+    the probes vary the tests' arguments blindly, so many are inputs the request rules out,
+    and which error a program raises there is no behaviour the request asks for (the errors
+    it names are judged apart: the stray counts). Programs written apart that agree are
+    likelier right than one alone, and agreement in part counts: a program right where two
+    others are wrong in the same way agrees with each of them, and with the rest, on most
+    calls."""
+    first: dict[str, int] = {}  # one program of each distinct code
+    for i, program in enumerate(programs):
+        if returned[i] is not None:
+            first.setdefault(program, i)
+    out: list[float | None] = []
+    for i, mine in enumerate(returned):
+        if mine is None:
+            out.append(None)
+            continue
+        total = 0.0
+        for program, j in first.items():
+            theirs = returned[j]
+            if program == programs[i] or theirs is None:
+                continue
+            both = [(a, b) for a, b in zip(mine, theirs, strict=False) if _gave(a) and _gave(b)]
+            if both:
+                total += sum(a == b for a, b in both) / len(both)
+        out.append(round(total, 6))
+    return out
+
+
+def _gave(result: str) -> bool:
+    """Whether a probe call returned a value (``run_calls``), rather than raise or time out."""
+    return not result.startswith("raises ") and result != "timeout"
 
 
 def _pool(answers: Sequence[Step]) -> tuple[int, list[int]] | None:
@@ -261,11 +306,19 @@ def _pool(answers: Sequence[Step]) -> tuple[int, list[int]] | None:
 def _behaviour(answers: Sequence[Step]) -> list[str | None] | None:
     """Each answer's behaviour digest as the last answer's evaluation recorded it (see
     ``pooled``); None when it did not (a trace written before)."""
+    digests = _recorded(answers, "behaviour")
+    return None if digests is None else [d if isinstance(d, str) else None for d in digests]
+
+
+def _recorded(answers: Sequence[Step], key: str) -> list[Any] | None:
+    """One value per answer of the pooled-tests metric ``key``, as the last answer's
+    evaluation recorded it (see ``pooled``); None when it did not (a trace written before
+    that key, or before the metric)."""
     value = (answers[-1].metrics or {}).get(artifacts.POOLED_TESTS)
-    digests = value.get("behaviour") if isinstance(value, dict) else None
-    if not isinstance(digests, list) or len(digests) != len(answers):
+    values = value.get(key) if isinstance(value, dict) else None
+    if not isinstance(values, list) or len(values) != len(answers):
         return None
-    return [d if isinstance(d, str) else None for d in digests]
+    return values
 
 
 def _stray(answers: Sequence[Step], key: str = "stray") -> list[int] | None:
@@ -273,11 +326,8 @@ def _stray(answers: Sequence[Step], key: str = "stray") -> list[int] | None:
     ask for (raise an error it does not name, change an argument; with ``key="raised"``,
     only the first), as the last answer's evaluation recorded it (see ``pooled``); None
     when it did not (a trace written before)."""
-    value = (answers[-1].metrics or {}).get(artifacts.POOLED_TESTS)
-    counts = value.get(key) if isinstance(value, dict) else None
-    if not isinstance(counts, list) or len(counts) != len(answers):
-        return None
-    return [c if isinstance(c, int) else 0 for c in counts]
+    counts = _recorded(answers, key)
+    return None if counts is None else [c if isinstance(c, int) else 0 for c in counts]
 
 
 def _normalized(text: str | None) -> str:
@@ -385,9 +435,9 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     where it does not ask for work in place), if any: how often counts for nothing where
     all of them do (a wrong answer that marks the caller's grid on fewer calls is not the
     more faithful, only the one doing less), and
-    when none passes them all, the one behaving as the most distinct drafts do on those
-    calls, of those the one passing the most pooled tests, the earliest of those
-    (``_most_agreed``), is chosen: a refinement
+    when none passes them all, the one whose values on those calls the other distinct
+    drafts agree with most, of those the one passing the most pooled tests, the earliest
+    of those (``_most_agreed``), is chosen: a refinement
     replaces an earlier answer only on what running them showed, never on a critic's
     score alone, nor on passing its own checks (which it may do by dropping the tests it
     failed). Among the rest, those that pass the job's checks are candidates; when none
@@ -469,12 +519,24 @@ def _slack(total: int) -> int:
 
 def _most_agreed(answers: Sequence[Step], kept: Sequence[int], passed: Sequence[int]) -> int:
     """Of ``kept`` (within ``_slack`` tests of each other on what running them showed),
-    the answer whose behaviour on the calls near the tests the most distinct programs
-    among all the drafts share, of those the ones passing the most pooled tests
-    (``passed``), the earliest of those; where no behaviour was recorded, the earliest
-    passing the most. Drafts written apart that agree on what they return are likelier
-    right than one alone (a wrong answer is wrong in its own way); a copy of an answer is
-    one program, not a second vote."""
+    the answer whose behaviour on the calls near the tests the other distinct programs
+    among all the drafts agree with most (``pooled``'s agreement), of those the ones
+    passing the most pooled tests (``passed``), the earliest of those. Drafts written apart
+    that agree on what they return are likelier right than one alone (a wrong answer is
+    wrong in its own way); a copy of an answer is one program, not a second vote. In a
+    trace written before the agreement was recorded, the answer whose behaviour digest the
+    most distinct programs share; where no behaviour was recorded, the earliest passing
+    the most."""
+    agreement = _recorded(answers, "agreement")
+    if agreement is not None:
+        return max(
+            kept,
+            key=lambda i: (
+                -1.0 if (a := agreement[i]) is None else float(a),
+                passed[i],
+                -i,
+            ),
+        )
     behaviour = _behaviour(answers)
     if behaviour is None:
         return max(kept, key=lambda i: (passed[i], -i))

@@ -860,6 +860,28 @@ def test_pooled_counts_foreign_characters_as_stray_but_not_as_behaviour() -> Non
     assert pool["behaviour"][0] == pool["behaviour"][1] == pool["behaviour"][2]
 
 
+def test_pooled_agreement_counts_a_copy_once_and_leaves_out_calls_that_raise() -> None:
+    """Agreement sums, over the other distinct programs, the share of the calls near the
+    tests both returned a value on where the values are equal: a copy of the draft (other
+    tests, the same code) is no second program agreeing with it, nor with anyone else;
+    code refusing negative numbers (the probes negate the tests' arguments) agrees fully
+    with the draft, both returning the same wherever both return; code wrong on 0 agrees
+    on the other calls only."""
+    from pipeline.answers import join
+    from pipeline.loop import pooled
+
+    refusing = "def add(a, b):\n    if min(a, b) < 0:\n        raise ValueError\n    return a + b"
+    at_zero = "def add(a, b):\n    return -1 if a == 0 else a + b"
+    programs = [
+        join(ADD, "assert add(2, 3) == 5"),
+        join(ADD, "assert add(4, 1) == 5"),  # a copy of the draft's code
+        join(refusing, ""),
+    ]
+    assert pooled(programs)["agreement"] == [1.0, 1.0, 1.0]
+    agreement = pooled([*programs, join(at_zero, "")])["agreement"]
+    assert 1 < agreement[0] == agreement[1] < 2 and agreement[3] < agreement[0]
+
+
 TRY_FIVE = "try:\n    roman_to_int(5)\nexcept ValueError:\n    pass"
 
 
@@ -1632,3 +1654,34 @@ async def test_a_few_pooled_tests_more_lose_to_answers_written_apart_that_agree(
     assert (pool["total"], pool["passed"]) == (total, [right, total - 1, right])
     assert pool["behaviour"][0] == pool["behaviour"][2] != pool["behaviour"][1]
     assert outcome.output_line()["chosen_iteration"] == 0
+
+
+@pytest.mark.anyio
+async def test_agreement_in_part_outvotes_two_answers_wrong_in_the_same_way() -> None:
+    """Five answers tie on the pooled tests (each carries the same ten right ones and one
+    wrong one nobody passes). The draft and the first refinement, written apart, both
+    return 0 when ``a`` is 7; the third right; the last two each wrong on a value of their
+    own. The pair alike on every call once won (two programs sharing one behaviour, the
+    others alone); now the one the others agree with most on the calls near the tests
+    wins: the right answer agrees in part with every other program."""
+    tests = "\n".join(
+        [f"assert add({a}, {b}) == {a + b}" for a in (5, 8, 10) for b in (1, 2, 3)]
+        + ["assert add(20, 1) == 21", "assert add(1, 1) == 3"]  # the last is wrong
+    )
+    codes = [
+        "def add(a, b):\n    return 0 if a == 7 else a + b",
+        "def add(a, b):\n    if a != 7:\n        return b + a\n    return 0",
+        "def add(a, b):\n    return a + b",
+        "def add(a, b):\n    return -1 if a == 9 else a + b",
+        "def add(a, b):\n    return -1 if a == 4 else a + b",
+    ]
+    script = [m for code in codes for m in (answer(code, tests), critic(done=False, score=5))]
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False, redraft=0)
+    outcome = await refine_record(RECORD, job, ScriptedClient(script), RecordingSink(), Policy(4))
+    pool = (outcome.steps[8].metrics or {})["tests_pooled"]
+    assert (pool["total"], pool["passed"]) == (11, [10] * 5)
+    assert pool["behaviour"][0] == pool["behaviour"][1]  # alike on every call
+    assert len(set(pool["behaviour"])) == 4
+    agreement = pool["agreement"]
+    assert agreement[2] == max(agreement) and agreement.count(agreement[2]) == 1
+    assert outcome.output_line()["chosen_iteration"] == 2
