@@ -246,25 +246,29 @@ def pooled(programs: Sequence[str], asked: artifacts.Terms | None = None) -> dic
         "total": len(pool),
         "passed": passed,
         "behaviour": behaviour,
-        "agreement": _agreement(returned, [artifacts.normalized(code) for code in codes]),
+        "agreement": _agreement(
+            returned, [artifacts.normalized(code) for code in codes], asked.errors
+        ),
         "stray": stray,
         "raised": raised,
     }
 
 
 def _agreement(
-    returned: Sequence[Sequence[str] | None], programs: Sequence[str]
+    returned: Sequence[Sequence[str] | None],
+    programs: Sequence[str],
+    errors: frozenset[str] = frozenset(),
 ) -> list[float | None]:
     """For each program, how alike the other distinct programs behave on the probe calls:
     the sum, over every other program (a copy of its code, or of another's, counts once),
-    of the share of the calls both returned a value on where the values are equal; None
-    where its calls did not run. Calls where either raised or ran out of time are left out:
-    the probes vary the tests' arguments blindly, so many are inputs the request rules out,
-    and which error a program raises there is no behaviour the request asks for (the errors
-    it names are judged apart: the stray counts). Programs written apart that agree are
-    likelier right than one alone, and agreement in part counts: a program right where two
-    others are wrong in the same way agrees with each of them, and with the rest, on most
-    calls."""
+    of the share of the calls both answered where the answers are equal (``_answered``: a
+    value returned, or one of the ``errors`` the request names raised); None where its
+    calls did not run. Calls where either raised another error or ran out of time are left
+    out: the probes vary the tests' arguments blindly, so many are inputs the request rules
+    out, and which error a program raises there is no behaviour the request asks for.
+    Programs written apart that agree are likelier right than one alone, and agreement in
+    part counts: a program right where two others are wrong in the same way agrees with
+    each of them, and with the rest, on most calls."""
     first: dict[str, int] = {}  # one program of each distinct code
     for i, program in enumerate(programs):
         if returned[i] is not None:
@@ -279,16 +283,27 @@ def _agreement(
             theirs = returned[j]
             if program == programs[i] or theirs is None:
                 continue
-            both = [(a, b) for a, b in zip(mine, theirs, strict=False) if _gave(a) and _gave(b)]
+            both = [
+                (_answered(a, errors), _answered(b, errors))
+                for a, b in zip(mine, theirs, strict=False)
+                if _answered(a, errors) is not None and _answered(b, errors) is not None
+            ]
             if both:
                 total += sum(a == b for a, b in both) / len(both)
         out.append(round(total, 6))
     return out
 
 
-def _gave(result: str) -> bool:
-    """Whether a probe call returned a value (``run_calls``), rather than raise or time out."""
-    return not result.startswith("raises ") and result != "timeout"
+def _answered(result: str, errors: frozenset[str]) -> str | None:
+    """What a probe call's result (``run_calls``) answers the request: the value it
+    returned, or that it raised one of the ``errors`` the request names (any of them: which
+    one is no behaviour), None where it raised another error or ran out of time."""
+    if result == "timeout":
+        return None
+    error = artifacts.raised_error(result)
+    if error is None:
+        return result
+    return "raises a named error" if {error.name, error.base} & errors else None
 
 
 def _pool(answers: Sequence[Step]) -> tuple[int, list[int]] | None:
@@ -428,16 +443,18 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
     wrong. The rest are judged on all the tests any of them wrote (the pooled tests):
     only those passing the most of them stay, or, where no answer passes them all and they
     are many, a few fewer (``_slack``: one of many tests the model wrote is as
-    likely wrong as the code; an answer cut off and asked again stays only where
-    none other does: it wins on what running it showed, not on the tie-breaks that
-    follow), of those the ones that on the calls near the tests never do what the request
-    does not ask (raise such an error, sort the caller's list while returning a median,
-    where it does not ask for work in place), if any: how often counts for nothing where
-    all of them do (a wrong answer that marks the caller's grid on fewer calls is not the
-    more faithful, only the one doing less), and
-    when none passes them all, the one whose values on those calls the other distinct
-    drafts agree with most, of those the one passing the most pooled tests, the earliest
-    of those (``_most_agreed``), is chosen: a refinement
+    likely wrong as the code; where one passes them all, an answer cut off and asked
+    again stays only where none other does: it wins on what running it showed, not on
+    the tie-breaks that follow), of those the ones that on the calls near the tests never
+    do what the request does not ask (raise such an error, sort the caller's list while
+    returning a median, where it does not ask for work in place), if any: how often
+    counts for nothing where all of them do (a wrong answer that marks the caller's grid
+    on fewer calls is not the more faithful, only the one doing less), and
+    when none passes them all, the one whose answers on those calls (values, errors the
+    request names) the other distinct drafts agree with most, of those the one passing
+    the most pooled tests, of those one not cut off, the earliest of those
+    (``_most_agreed``: a cut-off answer's code is whole, and its agreement is evidence as
+    any other's), is chosen: a refinement
     replaces an earlier answer only on what running them showed, never on a critic's
     score alone, nor on passing its own checks (which it may do by dropping the tests it
     failed). Among the rest, those that pass the job's checks are candidates; when none
@@ -474,7 +491,8 @@ def chosen(steps: Sequence[Step], job: Job) -> tuple[Step | None, float | None, 
         # mistaken tests, and agreement decides among those within it (see above).
         slack = _slack(total) if most < total else 0
         kept = [i for i in kept if passed[i] >= most - slack]
-        kept = _uncut(answers, kept)
+        if most == total:  # below, a cut-off answer is weighed with the rest (_most_agreed)
+            kept = _uncut(answers, kept)
         stray = _stray(answers)
         if stray is not None:  # then those doing nothing the request does not ask, if any
             kept = [i for i in kept if stray[i] == 0] or kept
@@ -521,35 +539,30 @@ def _most_agreed(answers: Sequence[Step], kept: Sequence[int], passed: Sequence[
     """Of ``kept`` (within ``_slack`` tests of each other on what running them showed),
     the answer whose behaviour on the calls near the tests the other distinct programs
     among all the drafts agree with most (``pooled``'s agreement), of those the ones
-    passing the most pooled tests (``passed``), the earliest of those. Drafts written apart
-    that agree on what they return are likelier right than one alone (a wrong answer is
-    wrong in its own way); a copy of an answer is one program, not a second vote. In a
-    trace written before the agreement was recorded, the answer whose behaviour digest the
-    most distinct programs share; where no behaviour was recorded, the earliest passing
-    the most."""
+    passing the most pooled tests (``passed``), of those one not cut off (the answer asked
+    in its place stands for it), the earliest of those. Drafts written apart that agree on
+    what they return are likelier right than one alone (a wrong answer is wrong in its own
+    way); a copy of an answer is one program, not a second vote; an answer cut off in its
+    tests has whole code, and its agreement counts as any other's. In a trace written
+    before the agreement was recorded, the number of distinct programs sharing the
+    answer's behaviour digest stands for it; where no behaviour was recorded, nothing
+    does."""
+    votes: list[float]
     agreement = _recorded(answers, "agreement")
-    if agreement is not None:
-        return max(
-            kept,
-            key=lambda i: (
-                -1.0 if (a := agreement[i]) is None else float(a),
-                passed[i],
-                -i,
-            ),
-        )
     behaviour = _behaviour(answers)
-    if behaviour is None:
-        return max(kept, key=lambda i: (passed[i], -i))
-    programs: dict[str, set[str]] = {}
-    for a, digest in zip(answers, behaviour, strict=True):
-        if digest is not None and a.output is not None:
-            programs.setdefault(digest, set()).add(
-                artifacts.normalized(artifacts.split(a.output)[0])
-            )
-    return max(
-        kept,
-        key=lambda i: (len(programs.get(behaviour[i] or "", ())), passed[i], -i),
-    )
+    if agreement is not None:
+        votes = [-1.0 if a is None else float(a) for a in agreement]
+    elif behaviour is not None:
+        programs: dict[str, set[str]] = {}
+        for a, digest in zip(answers, behaviour, strict=True):
+            if digest is not None and a.output is not None:
+                programs.setdefault(digest, set()).add(
+                    artifacts.normalized(artifacts.split(a.output)[0])
+                )
+        votes = [float(len(programs.get(d or "", ()))) for d in behaviour]
+    else:
+        votes = [0.0] * len(answers)
+    return max(kept, key=lambda i: (votes[i], passed[i], not is_cut_retry(answers[i]), -i))
 
 
 def _uncut(answers: Sequence[Step], kept: list[int]) -> list[int]:

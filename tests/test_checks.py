@@ -380,6 +380,36 @@ async def test_a_cut_off_answer_tied_on_the_pooled_tests_gives_way_to_its_retry(
     assert line["tests"] == "assert add(0, 0) == 0"
 
 
+@pytest.mark.anyio
+async def test_a_cut_off_answer_the_others_agree_with_most_wins_the_tie() -> None:
+    """No answer passes every pooled test and all pass as many: the cut-off attempt's code
+    (right) agrees in part with the answer asked in its place (wrong when ``a`` is 7) and
+    with the refinement (wrong when ``a`` is 9), each of which agrees with it more than
+    with the other. It once gave way to its retry before any tie-break; now its agreement
+    counts as any answer's, and it is the output (``chosen_step`` says so)."""
+    job = dataclasses.replace(CODE_IMPROVE, score_threshold=None, retry_copy=False)
+    tests = "assert add(8, 1) == 9\nassert add(10, 2) == 12\nassert add(1, 1) == 3"
+    cut = Completion(
+        f"```python\n{ADD}\n```\nTests:\n```python\n{tests}\nassert add(3, ",
+        100,
+        1024,
+        0.5,
+        1,
+        finish_reason="length",
+        model="fake-model",
+    )
+    at_seven = "def add(a, b):\n    return 0 if a == 7 else a + b"
+    at_nine = "def add(a, b):\n    return -1 if a == 9 else a + b"
+    script = [cut, answer(at_seven, tests), critic(done=False), answer(at_nine, tests)]
+    client = ScriptedClient([*script, critic(done=False)])
+    outcome = await refine_record(RECORD, job, client, RecordingSink(), Policy(1))
+    pool = (outcome.steps[3].metrics or {})["tests_pooled"]
+    assert (pool["total"], pool["passed"]) == (3, [2, 2, 2])
+    assert pool["agreement"][0] > max(pool["agreement"][1:])
+    line = outcome.output_line()
+    assert (line["output"], line["chosen_step"], line["chosen_iteration"]) == (ADD, 0, 0)
+
+
 def test_a_cut_off_answer_of_a_text_job_is_never_a_candidate() -> None:
     """Only an answer whose tests ran is a candidate when cut off; prose stopped
     mid-sentence is not, nor is a cut-off feedback."""
@@ -880,6 +910,26 @@ def test_pooled_agreement_counts_a_copy_once_and_leaves_out_calls_that_raise() -
     assert pooled(programs)["agreement"] == [1.0, 1.0, 1.0]
     agreement = pooled([*programs, join(at_zero, "")])["agreement"]
     assert 1 < agreement[0] == agreement[1] < 2 and agreement[3] < agreement[0]
+
+
+def test_pooled_agreement_counts_an_error_the_request_names_as_an_answer() -> None:
+    """Where the request names ValueError, raising it on negative numbers is an answer to
+    those calls, and returning a sum there is not the same answer: code refusing them and
+    code adding them agree on the other calls only. Which of the named errors does not
+    matter (a subclass of the code's own agrees with ValueError itself)."""
+    from pipeline.answers import join, terms
+    from pipeline.loop import pooled
+
+    refusing = "def add(a, b):\n    if min(a, b) < 0:\n        raise ValueError\n    return a + b"
+    own = "class SignError(ValueError):\n    pass\n\n" + refusing.replace(
+        "raise ValueError", "raise SignError"
+    )
+    programs = [join(ADD, "assert add(2, 3) == 5"), join(refusing, ""), join(own, "")]
+    asked = terms({"task": "Add two numbers; raise ValueError for a negative one."})
+    agreement = pooled(programs, asked)["agreement"]
+    assert agreement[1] == agreement[2] and agreement[1] - 1 == pytest.approx(agreement[0] / 2)
+    assert agreement[0] < 2 * 0.9  # ADD agrees with neither on the negative calls
+    assert pooled(programs)["agreement"] == [2.0, 2.0, 2.0]  # no error named: left out
 
 
 TRY_FIVE = "try:\n    roman_to_int(5)\nexcept ValueError:\n    pass"
