@@ -269,24 +269,26 @@ def _agreement(
     Programs written apart that agree are likelier right than one alone, and agreement in
     part counts: a program right where two others are wrong in the same way agrees with
     each of them, and with the rest, on most calls."""
-    first: dict[str, int] = {}  # one program of each distinct code
-    for i, program in enumerate(programs):
-        if returned[i] is not None:
-            first.setdefault(program, i)
+    answered = [
+        None if results is None else [_answered(r, errors) for r in results] for results in returned
+    ]
+    first: dict[str, list[str | None]] = {}  # what one program of each distinct code gave
+    for program, given in zip(programs, answered, strict=True):
+        if given is not None:
+            first.setdefault(program, given)
     out: list[float | None] = []
-    for i, mine in enumerate(returned):
+    for program, mine in zip(programs, answered, strict=True):
         if mine is None:
             out.append(None)
             continue
         total = 0.0
-        for program, j in first.items():
-            theirs = returned[j]
-            if program == programs[i] or theirs is None:
+        for other, theirs in first.items():
+            if other == program:
                 continue
             both = [
-                (_answered(a, errors), _answered(b, errors))
+                (a, b)
                 for a, b in zip(mine, theirs, strict=False)
-                if _answered(a, errors) is not None and _answered(b, errors) is not None
+                if a is not None and b is not None
             ]
             if both:
                 total += sum(a == b for a, b in both) / len(both)
@@ -551,7 +553,7 @@ def _most_agreed(answers: Sequence[Step], kept: Sequence[int], passed: Sequence[
     agreement = _recorded(answers, "agreement")
     behaviour = _behaviour(answers)
     if agreement is not None:
-        votes = [-1.0 if a is None else float(a) for a in agreement]
+        votes = [float(a) if isinstance(a, int | float) else -1.0 for a in agreement]
     elif behaviour is not None:
         programs: dict[str, set[str]] = {}
         for a, digest in zip(answers, behaviour, strict=True):
@@ -568,7 +570,9 @@ def _most_agreed(answers: Sequence[Step], kept: Sequence[int], passed: Sequence[
 def _uncut(answers: Sequence[Step], kept: list[int]) -> list[int]:
     """``kept`` without answers cut off and asked again, unless only those are left: such
     an answer wins on what running it showed (the request's examples and errors, the pooled
-    tests), never on a tie-break, where the answer asked in its place stands for it."""
+    tests), never on a tie-break among answers passing every pooled test, where the answer
+    asked in its place stands for it (where none passes them all, how far the others agree
+    with it is what running it showed: ``_most_agreed``)."""
     return [i for i in kept if not is_cut_retry(answers[i])] or kept
 
 
