@@ -864,6 +864,11 @@ class Raised(NamedTuple):
     name: str
     base: str = ""
 
+    @property
+    def names(self) -> set[str]:
+        """The class's name and its built-in base's: a request naming either names it."""
+        return {self.name, self.base}
+
 
 def raised_error(result: str) -> Raised | None:
     """The error a call's result (or its stray effect, ``stray_effect``) says it raised;
@@ -938,8 +943,7 @@ def stray_effect(call: str, result: str, asked: Terms) -> str | None:
         return None
     error = raised_error(result)
     if error is not None:
-        raised = {error.name, error.base}
-        stray = not raised & asked.errors and (raised & SLIPS or asked.errors)
+        stray = not error.names & asked.errors and (error.names & SLIPS or asked.errors)
         return result if stray else None
     changed = _CHANGED.search(result)
     if changed is None or asked.in_place or result[: changed.start()] == "None":

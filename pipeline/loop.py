@@ -305,7 +305,7 @@ def _answered(result: str, errors: frozenset[str]) -> str | None:
     error = artifacts.raised_error(result)
     if error is None:
         return result
-    return "raises a named error" if {error.name, error.base} & errors else None
+    return "raises a named error" if error.names & errors else None
 
 
 def _pool(answers: Sequence[Step]) -> tuple[int, list[int]] | None:
@@ -551,10 +551,9 @@ def _most_agreed(answers: Sequence[Step], kept: Sequence[int], passed: Sequence[
     does."""
     votes: list[float]
     agreement = _recorded(answers, "agreement")
-    behaviour = _behaviour(answers)
     if agreement is not None:
         votes = [float(a) if isinstance(a, int | float) else -1.0 for a in agreement]
-    elif behaviour is not None:
+    elif (behaviour := _behaviour(answers)) is not None:
         programs: dict[str, set[str]] = {}
         for a, digest in zip(answers, behaviour, strict=True):
             if digest is not None and a.output is not None:
