@@ -161,7 +161,7 @@ def _contradicting(asked: answers.Terms, units: list[str]) -> list[str]:
     against = [
         f"`{_clip(' '.join(unit.split()))}` (the request: {example.stated})"
         for unit in units
-        if (example := contradicted(unit, asked.examples)) is not None
+        if (example := contradicted(unit, asked.examples, asked.listed)) is not None
     ]
     if against:
         found.append(

@@ -23,7 +23,7 @@ import tokenize
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .examples import Example, contradicted, stated_examples
+from .examples import Example, Listed, contradicted, listed_raising, stated_examples
 from .pyast import parsed, strings
 from .quoted import Quoted, quoted_values
 from .signatures import Signature, contradiction, signatures
@@ -893,6 +893,9 @@ class Terms(NamedTuple):
     examples: tuple[Example, ...] = ()
     texts: tuple[str, ...] = ()  # the request's text fields, for words it states
     quoted: tuple[Quoted, ...] = ()  # the values it quotes (``quoted.quoted_values``)
+    # the inputs it lists as raising, for a function of several parameters
+    # (``examples.listed_raising``: "either string ... (for example '1..2')")
+    listed: tuple[Listed, ...] = ()
 
 
 def terms(fields: Mapping[str, Any]) -> Terms:
@@ -908,6 +911,7 @@ def terms(fields: Mapping[str, Any]) -> Terms:
         tuple(example for text in texts for example in stated_examples(text, declared)),
         tuple(texts),
         tuple(q for text in texts for q in quoted_values(text)),
+        tuple(raising for text in texts for raising in listed_raising(text, declared)),
     )
 
 
@@ -916,14 +920,14 @@ def asked_tests(units: Iterable[str], asked: Terms) -> list[str]:
     it does not name (``unasked_raise``), asserting an error's words it does not state
     (``unasked_message``), contradicting a signature it declares
     (``signatures.contradiction``) or expecting another result than an example it states
-    (``examples.contradicted``)."""
+    or a value where it lists the input as raising (``examples.contradicted``)."""
     return [
         unit
         for unit in units
         if not unasked_raise(unit, asked.errors)
         and not unasked_message(unit, asked.texts)
         and contradiction(unit, asked.signatures) is None
-        and contradicted(unit, asked.examples) is None
+        and contradicted(unit, asked.examples, asked.listed) is None
     ]
 
 

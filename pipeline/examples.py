@@ -33,7 +33,13 @@ ValueError for any other text, such as "1,00" or ",100"". The literals listed ri
 after "such as", "like", "e.g." or "for example", in the sentence that asks for the
 error, are read as examples of the raise (``Example.raises``), where the request declares
 one function of one parameter and annotates it, each literal fitting it (a literal alone
-only: "such as a missing "#"" lists a description, not an input).
+only: "such as a missing "#"" lists a description, not an input). Where that function
+takes several annotated parameters ("compare_versions(a: str, b: str) ... Raise ValueError
+if either string has an empty component (for example '1..2')"), the literal is no call,
+but an input the call must raise on wherever it is passed (``Listed``): at the one
+parameter it fits, or at each it fits where the sentence says "either", "both", "each"
+or "neither". A test expecting a value of a call passing it there contradicts the
+request as one contradicting an example does (``contradicted``).
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from .brackets import closing, plain_quotes, string_end
 from .pyast import parsed, parsed_expression
 from .signatures import Signature, fits
 
-__all__ = ["Example", "contradicted", "restated", "stated_examples"]
+__all__ = ["Example", "Listed", "contradicted", "listed_raising", "restated", "stated_examples"]
 
 LIMIT = 8  # examples read from one request, at most
 READ_CHARS = 20_000  # of a request's text, the first this many are read for examples
@@ -85,6 +91,17 @@ class Example(NamedTuple):
         return f"{self.call} did not raise {self.raises}"
 
 
+class Listed(NamedTuple):
+    """An input a request lists as raising an error, for a function of several parameters:
+    a call passing ``value`` as the argument at any of ``positions`` must raise ``raises``."""
+
+    function: str
+    value: Any
+    positions: tuple[int, ...]
+    stated: str  # as the request writes it: "ValueError for '1..2'"
+    raises: str
+
+
 # What parsing or evaluating a piece of prose as a Python literal may raise.
 _NOT_A_LITERAL = (ValueError, TypeError, SyntaxError, MemoryError, RecursionError)
 _CONNECTOR = re.compile(  # either side may close or open a `code span`
@@ -120,9 +137,11 @@ _OPERATORS = frozenset("+-*/%=<>&|^@\u2192")
 # "raise ValueError for any other text, such as "1,00", ",100" or """: the error, then the
 # words that introduce the inputs listed, in the same sentence.
 _RAISE_SUCH_AS = re.compile(
-    r"\brais(?:e|es|ed)\s+(?:an?\s+)?`?([A-Z]\w*(?:Error|Exception))\b`?[^.;!?\n]*?"
+    r"\b[Rr]ais(?:e|es|ed)\s+(?:an?\s+)?`?([A-Z]\w*(?:Error|Exception))\b`?[^.;!?\n]*?"
     r"(?:\bsuch\s+as|\blike|\be\.g\.|\bfor\s+(?:example|instance))[,:]?\s+"
 )
+# "if either string ...": an input listed may be any of the parameters it fits.
+_ANY_PARAMETER = re.compile(r"\b(?:either|both|each|neither)\b", re.IGNORECASE)
 _LISTED = re.compile(r"\s*(?:,\s*(?:(?:or|and)\s+)?|\s+(?:or|and)\s+)")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w)(?!\.\d)")
 _WORD = re.compile(r"(?:True|False|None)\b")
@@ -226,6 +245,38 @@ def _raising(text: str, alone: Signature | None) -> Iterable[Example]:
             if listed is None:
                 break
             i = listed.end()
+
+
+def listed_raising(text: str, declared: Sequence[Signature] = ()) -> tuple[Listed, ...]:
+    """The inputs ``text`` lists as raising an error for the one function it declares,
+    where that function takes several annotated parameters (see the module's docstring),
+    at most ``LIMIT``, read from its first ``READ_CHARS`` characters."""
+    if len(declared) != 1 or len(declared[0].params) < 2:
+        return ()
+    sig = declared[0]
+    kinds = [_annotation(source) for _, source in sig.params]
+    if any(kind is None for kind in kinds):
+        return ()
+    text = plain_quotes(text[:READ_CHARS])
+    found: dict[str, Listed] = {}
+    for asked in _RAISE_SUCH_AS.finditer(text):
+        error, i = asked.group(1), asked.end()
+        anywhere = _ANY_PARAMETER.search(asked.group()) is not None
+        while (literal := _literal(text, i)) is not None and len(found) < LIMIT:
+            value, end = literal
+            at = tuple(
+                p
+                for p, kind in enumerate(kinds)
+                if kind is not None and fits(value, kind, strict=False)
+            )
+            if value is not None and (len(at) == 1 or (at and anywhere)):
+                stated = f"{error} for {text[i:end]}"
+                found.setdefault(repr(value), Listed(sig.name, value, at, stated, error))
+            listed = _LISTED.match(text, end)
+            if listed is None:
+                break
+            i = listed.end()
+    return tuple(found.values())
 
 
 def stated_examples(text: str, declared: Sequence[Signature] = ()) -> tuple[Example, ...]:
@@ -337,11 +388,37 @@ def _compared(tree: ast.Module) -> Iterable[tuple[ast.expr, ast.expr]]:
             yield pair[1], pair[0]
 
 
-def contradicted(unit: str, examples: Sequence[Example]) -> Example | None:
+def contradicted(
+    unit: str, examples: Sequence[Example], listed: Sequence[Listed] = ()
+) -> Example | Listed | None:
     """The example the test ``unit`` contradicts, or None: it expects a call the request
     shows (the same function, arguments equal to the example's) to equal a literal other
-    than the example's result."""
-    return _against(unit, examples, agreeing=False)
+    than the example's result, or a call passing an input the request lists as raising
+    (``listed``) where it is listed to equal a literal."""
+    return _against(unit, examples, agreeing=False) or _against_listed(unit, listed)
+
+
+def _against_listed(unit: str, listed: Sequence[Listed]) -> Listed | None:
+    if not listed:
+        return None
+    tree = parsed(unit)
+    if tree is None:
+        return None
+    for call, other in _compared(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            continue
+        if any(isinstance(a, ast.Starred) for a in call.args) or not _literal_node(other)[0]:
+            continue
+        for raising in listed:
+            if raising.function != call.func.id:
+                continue
+            for p in raising.positions:
+                if p >= len(call.args):
+                    continue
+                ok, value = _literal_node(call.args[p])
+                if ok and _same(value, raising.value):
+                    return raising
+    return None
 
 
 def restated(unit: str, examples: Sequence[Example]) -> Example | None:

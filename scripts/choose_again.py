@@ -462,7 +462,7 @@ def report(
         against_examples |= {
             (rid, normalized(unit))
             for _, unit in units
-            if contradicted(unit, asked.examples) is not None
+            if contradicted(unit, asked.examples, asked.listed) is not None
         }
         if asked.examples:
             stated = [e.test for e in asked.examples]

@@ -6,9 +6,9 @@ Tasks, each on the first N records (after --skip) of its data set, with local mo
   code       code-improve on scripts/data/code-suite.jsonl: the pass rate of hidden tests
              (scripts/data/code-suite-hidden-tests.json, written for this suite and never
              put into a prompt) run on each iteration's code and on the chosen output;
-             --suite scripts/data/code-fresh.jsonl or code-third.jsonl for the two
-             dozens written after the prompts and choice rules, to check them on
-             requests they were not fit to
+             --suite scripts/data/code-fresh.jsonl, code-third.jsonl or
+             code-fourth.jsonl for the three dozens written after the prompts and
+             choice rules, to check them on requests they were not fit to
   commongen  CommonGen-Hard: concept coverage of the first sentence (the task asks for
              one sentence) and the share of one-sentence answers
   gsm        GSM8K: accuracy of the program-aided answer

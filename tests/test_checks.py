@@ -1735,3 +1735,68 @@ async def test_agreement_in_part_outvotes_two_answers_wrong_in_the_same_way() ->
     agreement = pool["agreement"]
     assert agreement[2] == max(agreement) and agreement.count(agreement[2]) == 1
     assert outcome.output_line()["chosen_iteration"] == 2
+
+
+VERSIONS = Record(
+    "v",
+    1,
+    {
+        "id": "v",
+        "task": "Write compare_versions(a: str, b: str) -> int that compares two dotted "
+        "version strings numerically, returning -1, 0 or 1. Raise ValueError if either "
+        "string has an empty component (for example '1..2' or '1.2.').",
+    },
+)
+SKIPS_EMPTY = (  # '1..2' read as '1.2': no ValueError
+    "def compare_versions(a, b):\n"
+    "    x = [int(p) for p in a.split('.') if p]\n"
+    "    y = [int(p) for p in b.split('.') if p]\n"
+    "    return (x > y) - (x < y)"
+)
+RAISES_ON_EMPTY = (
+    "def compare_versions(a, b):\n"
+    "    x = [int(p) for p in a.split('.')]\n"
+    "    y = [int(p) for p in b.split('.')]\n"
+    "    return (x > y) - (x < y)"
+)
+
+
+@pytest.mark.anyio
+async def test_a_test_expecting_a_value_for_an_input_the_request_lists_as_raising_is_left_out() -> (
+    None
+):
+    """For a function of two parameters, a test expecting a value of a call passing an
+    input the request lists as raising (either argument) is left out and named, so the
+    draft passing it is no evidence against the refinement that raises there: that
+    refinement is chosen."""
+    outcome, _ = await loop(
+        dataclasses.replace(CODE_IMPROVE, retry_copy=False),
+        [
+            answer(
+                SKIPS_EMPTY,
+                "assert compare_versions('1.10', '1.9') == 1\n"
+                "assert compare_versions('1..2', '1.2') == 0",
+            ),
+            critic(done=False, score=6),
+            answer(
+                RAISES_ON_EMPTY,
+                "assert compare_versions('1.10', '1.9') == 1\n"
+                "try:\n    compare_versions('1.2.', '1')\nexcept ValueError:\n    pass\n"
+                "else:\n    raise AssertionError('no ValueError')",
+            ),
+            critic(done=True, score=9),
+        ],
+        VERSIONS,
+    )
+    draft = outcome.steps[0]
+    assert draft.checks is not None and any(
+        c.startswith(
+            "Tests that expect another result than the request's own example are left out: "
+            "`assert compare_versions('1..2', '1.2') == 0` (the request: ValueError for '1..2')"
+        )
+        for c in draft.checks
+    )
+    assert draft.metrics is not None
+    assert (draft.metrics["tests_passed"], draft.metrics["tests_total"]) == (1, 1)
+    line = outcome.output_line()
+    assert (line["chosen_iteration"], outcome.output) == (1, RAISES_ON_EMPTY)

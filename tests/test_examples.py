@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.examples import LIMIT, contradicted, restated, stated_examples
+from pipeline.answers import asked_tests, terms
+from pipeline.examples import LIMIT, contradicted, listed_raising, restated, stated_examples
 from pipeline.signatures import signatures
 
 
@@ -212,3 +213,63 @@ def test_inputs_listed_as_raising_the_error_a_request_asks_for_are_read_as_raise
 )
 def test_what_is_not_plainly_an_input_that_raises_is_not_read(request_text: str) -> None:
     assert stated_examples(request_text, signatures(request_text)) == ()
+
+
+VERSIONS = (
+    "Write a Python function compare_versions(a: str, b: str) -> int that compares two "
+    "version strings. Raise ValueError if either string is empty or has a component that "
+    "is not made only of digits (for example '1..2', '1.a' or '-1')."
+)
+
+
+def test_a_sentence_starting_with_raise_lists_inputs_that_raise() -> None:
+    """ "Raise ValueError ... (such as ...)" at the start of a sentence is read as "It must
+    raise ..." is."""
+    text = "Write parse(query: str) -> dict. Raise ValueError if a key is empty (such as '=5')."
+    found = stated_examples(text, signatures(text))
+    assert [(e.call, e.raises) for e in found] == [("parse('=5')", "ValueError")]
+
+
+def test_inputs_listed_as_raising_for_a_function_of_several_parameters() -> None:
+    """Where the function takes several parameters, a listed input is no call but raises
+    wherever it is passed: at each parameter it fits where the sentence says "either"
+    (or "both", "each", "neither"), at the only one it fits otherwise; a test expecting a
+    value of a call passing it there contradicts the request and is left out."""
+    found = listed_raising(VERSIONS, signatures(VERSIONS))
+    assert [(r.value, r.positions, r.stated) for r in found] == [
+        ("1..2", (0, 1), "ValueError for '1..2'"),
+        ("1.a", (0, 1), "ValueError for '1.a'"),
+        ("-1", (0, 1), "ValueError for '-1'"),
+    ]
+    assert stated_examples(VERSIONS, signatures(VERSIONS)) == ()  # no call to run
+    assert contradicted("assert compare_versions('1..2', '1.2') == 0", (), found) == found[0]
+    assert contradicted("assert compare_versions('1.0', '1.a') == -1", (), found) == found[1]
+    assert contradicted("assert compare_versions('1.2', '1.10') == -1", (), found) is None
+    raise_test = "try:\n    compare_versions('1..2', '1')\nexcept ValueError:\n    pass"
+    assert contradicted(raise_test, (), found) is None
+    asked = terms({"task": VERSIONS})
+    units = ["assert compare_versions('-1', '2') == -1", "assert compare_versions('2', '10') == -1"]
+    assert asked_tests(units, asked) == units[1:]
+
+    one = "Write pad(text: str, width: int) -> str. Raise ValueError for a bad width, such as -1."
+    (only,) = listed_raising(one, signatures(one))
+    assert (only.value, only.positions) == (-1, (1,))
+    assert contradicted("assert pad('-1', 3) == '-1 '", (), [only]) is None  # text may be '-1'
+    assert contradicted("assert pad('ab', -1) == 'ab'", (), [only]) == only
+
+
+@pytest.mark.parametrize(
+    "request_text",
+    [
+        # both parameters fit and the sentence does not say the input may be either
+        "Write f(a: int, b: int) -> int. Raise ValueError when b is negative, such as -1.",
+        # a parameter not annotated
+        "Write f(a: str, b) -> int. Raise ValueError if either is empty, such as ''.",
+        # one parameter: a call, read by stated_examples
+        "Write f(a: str) -> int. Raise ValueError for input such as 'x'.",
+    ],
+)
+def test_what_is_not_plainly_an_input_raising_at_some_parameter_is_not_read(
+    request_text: str,
+) -> None:
+    assert listed_raising(request_text, signatures(request_text)) == ()

@@ -15,7 +15,12 @@ from pipeline.loop import Policy, Step, build_messages, refine_record
 from pipeline.records import Record
 from pipeline.sandbox import run_tests
 from tests.fakes import RecordingSink, ScriptedClient
-from tests.fixtures import code_fresh_solutions, code_suite_solutions, code_third_solutions
+from tests.fixtures import (
+    code_fourth_solutions,
+    code_fresh_solutions,
+    code_suite_solutions,
+    code_third_solutions,
+)
 from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +42,7 @@ def suite_hidden(name: str) -> dict[str, list[str]]:
 SUITE = suite_rows("code-suite")
 HIDDEN = suite_hidden("code-suite")
 SOLUTIONS = code_suite_solutions.SOLUTIONS
-# the suite the prompts and choice rules were written on, and the two dozens written after them
+# the suite the prompts and choice rules were written on, and the three dozens written after them
 SUITES = {
     "code-suite": (SUITE, HIDDEN, SOLUTIONS),
     "code-fresh": (
@@ -49,6 +54,11 @@ SUITES = {
         suite_rows("code-third"),
         suite_hidden("code-third"),
         code_third_solutions.SOLUTIONS,
+    ),
+    "code-fourth": (
+        suite_rows("code-fourth"),
+        suite_hidden("code-fourth"),
+        code_fourth_solutions.SOLUTIONS,
     ),
 }
 
