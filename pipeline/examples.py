@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .brackets import closing, plain_quotes, string_end
@@ -401,16 +401,11 @@ def contradicted(
 def _against_listed(unit: str, listed: Sequence[Listed]) -> Listed | None:
     if not listed:
         return None
-    tree = parsed(unit)
-    if tree is None:
-        return None
-    for call, other in _compared(tree):
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
-            continue
-        if any(isinstance(a, ast.Starred) for a in call.args) or not _literal_node(other)[0]:
+    for call, function, other in _compared_calls(unit):
+        if not _literal_node(other)[0]:
             continue
         for raising in listed:
-            if raising.function != call.func.id:
+            if raising.function != function:
                 continue
             for p in raising.positions:
                 if p >= len(call.args):
@@ -421,6 +416,20 @@ def _against_listed(unit: str, listed: Sequence[Listed]) -> Listed | None:
     return None
 
 
+def _compared_calls(unit: str) -> Iterator[tuple[ast.Call, str, ast.expr]]:
+    """The calls of a named function, with positional arguments only, that the test
+    ``unit`` compares with something: the call, the function's name, the other side."""
+    tree = parsed(unit)
+    if tree is None:
+        return
+    for call, other in _compared(tree):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+            continue
+        if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+            continue
+        yield call, call.func.id, other
+
+
 def restated(unit: str, examples: Sequence[Example]) -> Example | None:
     """The example the test ``unit`` restates (the same call, the same result), or None."""
     return _against(unit, examples, agreeing=True)
@@ -429,14 +438,7 @@ def restated(unit: str, examples: Sequence[Example]) -> Example | None:
 def _against(unit: str, examples: Sequence[Example], *, agreeing: bool) -> Example | None:
     if not examples:
         return None
-    tree = parsed(unit)
-    if tree is None:
-        return None
-    for call, other in _compared(tree):
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
-            continue
-        if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
-            continue
+    for call, function, other in _compared_calls(unit):
         given = [_literal_node(a) for a in call.args]
         if not all(ok for ok, _ in given):
             continue
@@ -445,7 +447,7 @@ def _against(unit: str, examples: Sequence[Example], *, agreeing: bool) -> Examp
         if not ok:
             continue
         for example in examples:
-            if example.function != call.func.id or not _same(args, example.args):
+            if example.function != function or not _same(args, example.args):
                 continue
             if example.raises:  # any value expected of a call that must raise is wrong
                 if not agreeing:
