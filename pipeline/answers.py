@@ -884,8 +884,9 @@ class Terms(NamedTuple):
     names ("it must raise ValueError for an empty list"), and whether it asks for work in
     place (changing the caller's list, say); the signatures it declares
     (``signatures.signatures``: what its arguments and results are); the examples it
-    states (``examples.stated_examples``: ``"userId" -> "user_id"``) and the values it
-    quotes (``"01" is not``)."""
+    states (``examples.stated_examples``: ``"userId" -> "user_id"``), the values it
+    quotes (``"01" is not``) and, for a function of several parameters, the inputs it
+    lists as raising (``examples.listed_raising``)."""
 
     errors: frozenset[str] = frozenset()
     in_place: bool = False
