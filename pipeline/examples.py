@@ -230,21 +230,29 @@ def _arguments_fit(sig: Signature, args: tuple[Any, ...]) -> bool:
     return True
 
 
+def _listed_inputs(text: str) -> Iterator[tuple[re.Match[str], Any, str]]:
+    """Each literal ``text`` lists as raising an error (see the module's docstring): the
+    sentence's match (the error its first group), the literal's value and the request's
+    words for it ("ValueError for '1..2'")."""
+    for asked in _RAISE_SUCH_AS.finditer(text):
+        i = asked.end()
+        while (literal := _literal(text, i)) is not None:
+            value, end = literal
+            yield asked, value, f"{asked.group(1)} for {text[i:end]}"
+            listed = _LISTED.match(text, end)
+            if listed is None:
+                break
+            i = listed.end()
+
+
 def _raising(text: str, alone: Signature | None) -> Iterable[Example]:
     """The inputs ``text`` lists as raising an error (see the module's docstring), for
     ``alone``, the one function of one annotated parameter the request declares."""
     if alone is None or not alone.params[0][1]:
         return
-    for asked in _RAISE_SUCH_AS.finditer(text):
-        error, i = asked.group(1), asked.end()
-        while (literal := _literal(text, i)) is not None:
-            value, end = literal
-            if _arguments_fit(alone, (value,)):
-                yield Example(alone.name, (value,), None, f"{error} for {text[i:end]}", error)
-            listed = _LISTED.match(text, end)
-            if listed is None:
-                break
-            i = listed.end()
+    for asked, value, stated in _listed_inputs(text):
+        if _arguments_fit(alone, (value,)):
+            yield Example(alone.name, (value,), None, stated, asked.group(1))
 
 
 def listed_raising(text: str, declared: Sequence[Signature] = ()) -> tuple[Listed, ...]:
@@ -257,25 +265,18 @@ def listed_raising(text: str, declared: Sequence[Signature] = ()) -> tuple[Liste
     kinds = [_annotation(source) for _, source in sig.params]
     if any(kind is None for kind in kinds):
         return ()
-    text = plain_quotes(text[:READ_CHARS])
     found: dict[str, Listed] = {}
-    for asked in _RAISE_SUCH_AS.finditer(text):
-        error, i = asked.group(1), asked.end()
+    for asked, value, stated in _listed_inputs(plain_quotes(text[:READ_CHARS])):
+        if len(found) >= LIMIT:
+            break
+        at = tuple(
+            p
+            for p, kind in enumerate(kinds)
+            if kind is not None and fits(value, kind, strict=False)
+        )
         anywhere = _ANY_PARAMETER.search(asked.group()) is not None
-        while (literal := _literal(text, i)) is not None and len(found) < LIMIT:
-            value, end = literal
-            at = tuple(
-                p
-                for p, kind in enumerate(kinds)
-                if kind is not None and fits(value, kind, strict=False)
-            )
-            if value is not None and (len(at) == 1 or (at and anywhere)):
-                stated = f"{error} for {text[i:end]}"
-                found.setdefault(repr(value), Listed(sig.name, value, at, stated, error))
-            listed = _LISTED.match(text, end)
-            if listed is None:
-                break
-            i = listed.end()
+        if value is not None and (len(at) == 1 or (at and anywhere)):
+            found.setdefault(repr(value), Listed(sig.name, value, at, stated, asked.group(1)))
     return tuple(found.values())
 
 
