@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.answers import meta_commentary
+from pipeline.core.answers import meta_commentary
 
 _LABEL = re.compile(r"^\W*(?:(?:the|new|improved|final)\s+)*acronym\s*(?:is)?\s*[:=\-]?\s*", re.I)
 _TOKEN = re.compile(r"[^\W_][\w.&'\-]*")

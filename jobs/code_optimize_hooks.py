@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.answers import comment_commentary
+from pipeline.core.answers import comment_commentary
 from pipeline.sandbox import SandboxResult, run_python, syntax_problem
 
 TIMEOUT_S = 5.0

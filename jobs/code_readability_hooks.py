@@ -12,8 +12,8 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.answers import comment_commentary
-from pipeline.pyast import parse_module
+from pipeline.core.answers import comment_commentary
+from pipeline.core.pyast import parse_module
 from pipeline.sandbox import syntax_problem
 
 

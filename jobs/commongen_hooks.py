@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.answers import meta_commentary
+from pipeline.core.answers import meta_commentary
 
 _WORD = re.compile(r"[^\W\d_]+")  # runs of letters
 _VOWELS = frozenset("aeiou")

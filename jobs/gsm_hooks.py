@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from pipeline.answers import comment_commentary
+from pipeline.core.answers import comment_commentary
 from pipeline.sandbox import SandboxResult, run_python
 
 CALL = "solution()"

@@ -44,7 +44,7 @@ Internal modules (anything not exported below) may change between versions.
 """
 
 from .budget import Budget
-from .calls import Completion, ModelClient, Outcome, Step
+from .core import Completion, Job, ModelClient, Outcome, Step, builtin_jobs, load_job
 from .errors import (
     AuthError,
     BudgetReached,
@@ -60,7 +60,6 @@ from .errors import (
     StoreError,
     UnavailableError,
 )
-from .jobs import Job, builtin_jobs, load_job
 from .manifest import Manifest
 from .prices import Price, PriceBook, load_prices
 from .rundir import RunDir

@@ -16,9 +16,10 @@ import orjson
 from . import estimate as estimate_mod
 from . import merge as merge_mod
 from . import status as status_mod
+from .core.jobs import builtin_jobs
+from .core.loader import load_job
 from .errors import AuthError, ConfigError, RefineError, StoreError
 from .export import export
-from .jobs import builtin_jobs, load_job
 from .runner import EXIT, RunSummary, aresume, arun
 from .settings import Settings, parse_shard
 

@@ -22,7 +22,7 @@ import openai
 import orjson
 
 from .budget import Reservation, Spending
-from .calls import Completion, Try
+from .core.steps import Completion, Try
 from .endpoints import Endpoint, Endpoints
 from .errors import AuthError, CallError, FatalCallError, UnavailableError
 from .formats import FormatLadder
@@ -143,6 +143,7 @@ class OpenAIClient:
         temperature: float,
         max_tokens: int,
         frequency_penalty: float | None = None,
+        cache_key: str | None = None,  # the record's id; see ``prompt_cache_key`` (unused yet)
     ) -> Completion:
         """One chat completion, retried as the policy allows.
 

@@ -29,16 +29,18 @@ from pathlib import Path
 import anyio
 import orjson
 
-from .calls import Role, Step
+from .core.jobs import Job
+from .core.loader import load_job
+from .core.prompts import build_messages
+from .core.records import Record
+from .core.steps import Kind, Role, Step
 from .errors import ConfigError
 from .formats import FormatLadder
-from .jobs import Job, load_job
 from .limits import estimate_tokens
 from .local.registry import DEFAULT_MODEL as DEFAULT_LOCAL
-from .loop import build_messages
-from .prices import PriceBook, price_book
-from .records import Record, count_records, read_records
-from .settings import LOCAL_PREFIX, Settings
+from .prices import Price, PriceBook, price_book
+from .records import count_records, read_records
+from .settings import LOCAL_PREFIX, Settings, effective_job
 
 __all__ = [
     "SCENARIOS",
@@ -54,6 +56,7 @@ __all__ = [
 ]
 
 PROMPT_RECORDS = 1000  # records whose prompts are built; the rest are scaled from them
+_CACHE_WINDOW = 32  # prompts kept to find a shared prefix in (a record's, the ones before)
 Z90 = 1.645  # two-sided 90% normal interval
 
 
@@ -64,14 +67,18 @@ class Scenario:
     name: str
     refinements: float  # share of the iteration budget used (0 = the first answer is accepted)
     answer_share: float  # completion tokens as a share of max_tokens
-    copies: bool = False  # every refinement redrafted and retried as a copy, where the job does
+    restarts: bool = False  # strategy restart drafts every refinement, where it is on
+    copies: bool = False  # strategy copy-retry retries every refinement, where it is on
 
 
 SCENARIOS = (
     Scenario("low", 0.0, 0.25),
-    Scenario("expected", 0.5, 0.5),
-    Scenario("high", 1.0, 1.0, copies=True),
+    Scenario("expected", 0.5, 0.5, restarts=True),
+    Scenario("high", 1.0, 1.0, restarts=True, copies=True),
 )
+# OpenAI's prefix cache: prompts from this many tokens on, served in steps of CACHE_STEP.
+CACHE_MIN_TOKENS = 1024
+CACHE_STEP = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,8 @@ class Figures:
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float | None  # None: a model of the run has no price
+    cached_tokens: int = 0  # prompt tokens the layout lets a provider serve from its cache
+    uncached_cost_usd: float | None = None  # the cost were nothing served from cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +106,21 @@ class Estimate:
 class _Sum:
     calls: int = 0
     prompt: int = 0
+    cached: int = 0
     completion: int = 0
     cost: float | None = 0.0
+    uncached: float | None = 0.0
 
-    def add(self, prompt: int, completion: int, price_cost: float | None) -> None:
+    def add(self, usage: Mapping[str, int], price: Price | None, batch: bool) -> None:
         self.calls += 1
-        self.prompt += prompt
-        self.completion += completion
-        self.cost = None if self.cost is None or price_cost is None else self.cost + price_cost
+        self.prompt += usage["prompt_tokens"]
+        self.cached += usage["cached_tokens"]
+        self.completion += usage["completion_tokens"]
+        if price is None or self.cost is None or self.uncached is None:
+            self.cost = self.uncached = None
+            return
+        self.cost += price.cost(usage, batch=batch)
+        self.uncached += price.cost({**usage, "cached_tokens": 0}, batch=batch)
 
     def scaled(self, factor: float) -> Figures:
         return Figures(
@@ -112,6 +128,8 @@ class _Sum:
             round(self.prompt * factor),
             round(self.completion * factor),
             None if self.cost is None else round(self.cost * factor, 4),
+            round(self.cached * factor),
+            None if self.uncached is None else round(self.uncached * factor, 4),
         )
 
 
@@ -120,19 +138,53 @@ def _filler(tokens: int) -> str:
     return "word " * max(1, math.ceil(tokens * 4 / 5))
 
 
-def _calls(job: Job, max_iters: int, scenario: Scenario) -> list[tuple[Role, int]]:
-    """The (role, iteration) sequence of one loop under ``scenario``."""
+def cacheable(shared_tokens: int) -> int:
+    """The prompt tokens a provider serves from cache for a prefix of ``shared_tokens``
+    already seen (OpenAI's rule: none below CACHE_MIN_TOKENS, then in CACHE_STEP steps)."""
+    if shared_tokens < CACHE_MIN_TOKENS:
+        return 0
+    return shared_tokens - (shared_tokens - CACHE_MIN_TOKENS) % CACHE_STEP
+
+
+def _flat(messages: Sequence[Mapping[str, str]]) -> str:
+    return "".join(f"\x00{m['role']}\x00{m['content']}" for m in messages)
+
+
+def _shared(text: str, seen: Sequence[str]) -> int:
+    """Tokens of the longest prefix ``text`` shares with a prompt sent before."""
+    best = max((_common(text, before) for before in seen), default=0)
+    return best // 4  # estimate_tokens' four characters a token
+
+
+def _common(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b`` (slices compare in C)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _calls(job: Job, max_iters: int, scenario: Scenario) -> list[tuple[Role, Kind, int]]:
+    """The (role, kind, iteration) sequence of one loop under ``scenario``."""
     k = math.ceil(max_iters * scenario.refinements)
-    calls: list[tuple[Role, int]] = [("generate", 0)]
+    s = job.strategies
+    samples = [Kind.SAMPLE] * (s.samples - 1)
+    calls: list[tuple[Role, Kind, int]] = [
+        ("generate", kind, 0) for kind in [Kind.ANSWER, *samples]
+    ]
     for t in range(k):
-        calls.append(("feedback", t))
-        calls.append(("refine", t + 1))
-        if scenario.copies:
-            calls.extend([("refine", t + 1)] * job.redraft)
-        if scenario.copies and job.retry_copy:
-            calls.append(("refine", t + 1))
+        calls.append(("feedback", Kind.FEEDBACK, t))
+        calls += [("refine", kind, t + 1) for kind in [Kind.ANSWER, *samples]]
+        if s.restart and scenario.restarts:
+            calls.append(("refine", Kind.RESTART, t + 1))
+        if s.copy_retry and scenario.copies:
+            calls.append(("refine", Kind.COPY_RETRY, t + 1))
     if max_iters > 0 and (k < max_iters or job.scored):
-        calls.append(("feedback", k))  # the feedback that stops the loop, or scores the last
+        calls.append(("feedback", Kind.FEEDBACK, k))  # the feedback that stops the loop
     return calls
 
 
@@ -146,25 +198,32 @@ def _one_loop(
     model_for: Mapping[str, str],
     into: _Sum,
     batch: bool,
+    seen: list[str],
 ) -> None:
+    """Add one record's calls to ``into``; ``seen``: prompts sent before (the cache)."""
     answer = round(job.max_tokens * scenario.answer_share)
     text = _filler(answer)
     steps: list[Step] = []
-    usage = {"prompt_tokens": 0, "completion_tokens": answer}
-    for role, t in _calls(job, max_iters, scenario):
-        messages = build_messages(job, record, role, t, steps)
+    last: dict[int, Step] = {}  # each iteration's answer
+    for role, kind, t in _calls(job, max_iters, scenario):
+        refined = last.get(t if role == "feedback" else t - 1)
+        messages = build_messages(job, record, role, kind, t, steps, refined)
         schema = job.feedback_schema if role == "feedback" else None
         sent, _ = ladder.request(messages, schema, ladder.level)
+        flat = _flat(sent)
         prompt = estimate_tokens(sent)
-        price = prices.price(model_for[role])
-        cost = (
-            None
-            if price is None
-            else price.cost({"prompt_tokens": prompt, "completion_tokens": answer}, batch=batch)
-        )
-        into.add(prompt, answer, cost)
+        usage = {
+            "prompt_tokens": prompt,
+            "cached_tokens": min(prompt, cacheable(_shared(flat, seen))),
+            "completion_tokens": answer,
+        }
+        seen.append(flat)
+        into.add(usage, prices.price(model_for[role]), batch)
         output = None if role == "feedback" else text
-        steps.append(Step(role, t, sent, text, None, usage, 0.0, 1, output=output))
+        step = Step(role, t, sent, text, None, usage, 0.0, 1, output=output, kind=kind)
+        steps.append(step)
+        if role != "feedback" and kind in (Kind.ANSWER, Kind.COPY_RETRY):
+            last[t] = step
 
 
 def _records(job: Job, path: Path, settings: Settings) -> Iterator[Record]:
@@ -197,9 +256,20 @@ def from_prompts(
     figures: dict[str, Figures] = {}
     for scenario in SCENARIOS:
         total = _Sum()
+        seen: list[str] = []  # a provider's cache: the last few records' prompts
         for record in sampled:
+            del seen[:-_CACHE_WINDOW]
             _one_loop(
-                job, record, max_iters, scenario, ladder, prices, model_for, total, settings.batch
+                job,
+                record,
+                max_iters,
+                scenario,
+                ladder,
+                prices,
+                model_for,
+                total,
+                settings.batch,
+                seen,
             )
         factor = lines / len(sampled) if len(sampled) < lines else 1.0
         figures[scenario.name] = total.scaled(factor)
@@ -250,12 +320,22 @@ def from_sample(
 def render(est: Estimate) -> str:
     """The estimate as a small table."""
     rows = [f"estimate for {est.records} records ({est.basis})"]
-    rows.append(f"{'':<10}{'calls':>12}{'prompt tok':>14}{'compl. tok':>14}{'dollars':>12}")
+    rows.append(
+        f"{'':<10}{'calls':>12}{'prompt tok':>14}{'cached':>8}{'compl. tok':>14}"
+        f"{'dollars':>12}{'no cache':>12}"
+    )
     for name, f in est.scenarios.items():
         dollars = "unknown" if f.cost_usd is None else f"${f.cost_usd:,.2f}"
+        uncached = "unknown" if f.uncached_cost_usd is None else f"${f.uncached_cost_usd:,.2f}"
+        share = f"{f.cached_tokens / f.prompt_tokens:.0%}" if f.prompt_tokens else "-"
         rows.append(
-            f"{name:<10}{f.calls:>12,}{f.prompt_tokens:>14,}{f.completion_tokens:>14,}{dollars:>12}"
+            f"{name:<10}{f.calls:>12,}{f.prompt_tokens:>14,}{share:>8}{f.completion_tokens:>14,}"
+            f"{dollars:>12}{uncached:>12}"
         )
+    rows.append(
+        "cached: the share of prompt tokens a provider's prefix cache serves at the cached "
+        "price (OpenAI's rule: prompts of 1,024 tokens and more); no cache: the cost without it"
+    )
     if any(f.cost_usd is None for f in est.scenarios.values()):
         rows.append("a model of this run has no price: give it with --prices FILE")
     return "\n".join(rows)
@@ -323,7 +403,7 @@ def run_estimate(
     out: Path | None = None,
 ) -> list[Estimate]:
     """The estimate from the prompts, and from a sample run when ``sample`` is given."""
-    job = load_job(job) if isinstance(job, str) else job
+    job = effective_job(load_job(job) if isinstance(job, str) else job, settings)
     input_path = Path(input_path)
     if not input_path.is_file():
         raise ConfigError(f"input file not found: {input_path}")

@@ -30,10 +30,11 @@ from typing import IO, Any, Literal
 import orjson
 
 from .columns import JSON, NULL, OUTPUT_KINDS, Columns, to_cell, to_column
+from .core.loader import load_job
+from .core.records import Record
 from .errors import ConfigError, StoreError
-from .jobs import load_job
 from .manifest import Manifest
-from .records import Record, read_records, same_input
+from .records import read_records, same_input
 from .rundir import RunDir
 
 __all__ = ["ExportSummary", "export", "export_format", "input_column"]

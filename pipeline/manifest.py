@@ -21,7 +21,17 @@ __all__ = ["InputInfo", "JobInfo", "Manifest", "clean_url", "now_iso", "package_
 
 # Settings that change what a run computes: a different value on an existing RUN_DIR is
 # refused. The rest (pace, timeouts, concurrency, budget, where the endpoint is) may change.
-IDENTITY_SETTINGS = ("max_iters", "min_iters", "checks", "id_field", "batch", "shard")
+IDENTITY_SETTINGS = (
+    "max_iters",
+    "min_iters",
+    "checks",
+    "strategy",
+    "repair",
+    "select",
+    "id_field",
+    "batch",
+    "shard",
+)
 
 
 def now_iso() -> str:

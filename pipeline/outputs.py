@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import orjson
 
-from .calls import Outcome
+from .core.steps import Outcome
 from .errors import InputError, StoreError
 from .store import repair_tail
 

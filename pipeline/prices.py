@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from .calls import Step
+from .core.steps import Step
 from .errors import ConfigError
 
 __all__ = [

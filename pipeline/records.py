@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from .core.jobs import InputField
+from .core.records import Record, record_id
 from .errors import InputError
 from .inputs import BOM, Row, count_rows, fingerprint, read_rows, same_input
-from .jobs import InputField
 
 __all__ = [
     "Record",
@@ -33,26 +33,6 @@ __all__ = [
 ]
 
 RAW_BYTES = 800  # of a broken line, kept for the error report
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One input record: its id, 1-based input line and fields."""
-
-    id: str
-    line: int
-    fields: dict[str, Any]
-
-
-def record_id(obj: dict[str, Any], id_field: str) -> str:
-    """The id field's value when present, else a stable hash of the canonical JSON."""
-    value = obj.get(id_field)
-    if value is None:
-        canonical = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-        return "h" + hashlib.sha256(canonical).hexdigest()[:16]
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise TypeError(f"expected string or integer, got {type(value).__name__}")
-    return str(value)
 
 
 def parse_line(raw: bytes, line: int, inputs: Sequence[InputField], id_field: str) -> Record:

@@ -24,8 +24,12 @@ import anyio
 from anyio.abc import ObjectSendStream
 
 from .budget import Budget, Spending
-from .calls import ModelClient, Outcome, Step
 from .client import OpenAIClient
+from .core.jobs import Job
+from .core.loader import load_job
+from .core.loop import Policy, refine_record
+from .core.records import Record
+from .core.steps import ModelClient, Outcome, Step
 from .errors import (
     AuthError,
     BudgetReached,
@@ -36,17 +40,15 @@ from .errors import (
     UnavailableError,
 )
 from .inputs import check_input
-from .jobs import Job, load_job
 from .limits import Limiter, RateLimiter
-from .loop import Policy, refine_record
 from .manifest import InputInfo, JobInfo, Manifest, clean_url, refuse_different
 from .outputs import Outputs
 from .pool import run_pool
 from .prices import PriceBook, price_book
 from .progress import Counters, Progress
-from .records import Record, count_records, fingerprint, read_records, same_input
+from .records import count_records, fingerprint, read_records, same_input
 from .rundir import RunDir
-from .settings import Settings, resolve
+from .settings import Settings, effective_job, resolve
 from .shards import shard_of
 from .store import Journal
 from .tally import tally
@@ -628,6 +630,7 @@ async def arun(
     input_path = Path(input_path)
     check_input(input_path)  # a ConfigError naming the file and the formats accepted
     settings = resolve(settings or Settings(), job.max_iters)
+    job = effective_job(job, settings)
     driver = _driver(settings)
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY")

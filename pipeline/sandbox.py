@@ -43,7 +43,7 @@ from typing import Final
 
 import orjson
 
-from .pyast import parse_module
+from .core.pyast import parse_module
 
 __all__ = [
     "MAX_OUTPUT_BYTES",

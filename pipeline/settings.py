@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .core.jobs import Job
+from .core.strategies import parse_specs
 from .errors import ConfigError
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "LOCAL_PREFIX",
     "LOCAL_TIMEOUT_S",
     "Settings",
+    "effective_job",
     "parse_shard",
     "resolve",
 ]
@@ -41,6 +44,9 @@ class Settings:
     max_iters: int | None = None  # None: the job's default
     min_iters: int = 0  # refinements before the critic's done (or a score) may stop a loop
     checks: bool = True  # run the job's check hook on every answer
+    strategy: tuple[str, ...] = ()  # --strategy specs over the job's own (samples=3, restart)
+    repair: bool | None = None  # ask a call cut off at max_tokens once more (None: the job's)
+    select: str | None = None  # the rule choosing the output (None: the job's)
     concurrency: int = 64
     rpm: float | None = None
     tpm: float | None = None
@@ -134,12 +140,26 @@ def resolve(settings: Settings, job_max_iters: int) -> Settings:
     return replace(settings, max_iters=max_iters, timeout=timeout)
 
 
+def effective_job(job: Job, settings: Settings) -> Job:
+    """``job`` with the strategies, repair and selection rule the settings ask for."""
+    strategies = parse_specs(settings.strategy, job.strategies)
+    if settings.repair is not None:
+        strategies = replace(strategies, repair=settings.repair)
+    select = settings.select or job.select
+    if select != "default" and select not in job.kind.selections:
+        known = ", ".join(["default", *job.kind.selections])
+        raise ConfigError(f"--select {select}: job {job.name!r} offers {known}")
+    return replace(job, strategies=strategies, select=select)
+
+
 def settings_from_json(data: dict[str, Any]) -> Settings:
     """Settings from their manifest form; unknown keys (from newer versions) are ignored."""
     known = set(Settings.__dataclass_fields__)
     values = {k: v for k, v in data.items() if k in known}
     if isinstance(values.get("base_url"), list):
         values["base_url"] = tuple(values["base_url"])
+    if isinstance(values.get("strategy"), list):
+        values["strategy"] = tuple(values["strategy"])
     if isinstance(values.get("shard"), list):
         i, n = values["shard"]
         values["shard"] = (int(i), int(n))

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import orjson
 
-from .calls import Step
+from .core.steps import Step
 from .errors import StoreError
 
 __all__ = ["Journal", "read_steps", "repair_tail"]

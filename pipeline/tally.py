@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from .calls import Step, usage_of
+from .core.steps import Step, usage_of
 from .prices import PriceBook
 
 __all__ = ["Tally", "tally", "tally_outputs"]

@@ -42,10 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import load_job  # noqa: E402
-from pipeline.answers import extract_code  # noqa: E402
+from pipeline.core.answers import extract_code  # noqa: E402
+from pipeline.core.prompts import opening  # noqa: E402
 from pipeline.local import DEFAULT_SLOTS, LocalServer, resolve_model  # noqa: E402
 from pipeline.local.server import SLOTS_ENV  # noqa: E402
-from pipeline.loop import build_messages  # noqa: E402
 from pipeline.records import read_records  # noqa: E402
 from pipeline.sandbox import syntax_problem  # noqa: E402
 
@@ -155,7 +155,7 @@ async def serve_once(model_name: str | None, slots: int, **server: object) -> fl
         started = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for record in records:
-                tg.start_soon(one, build_messages(job, record, "generate", 0, []))
+                tg.start_soon(one, opening(job, record))
         wall = time.perf_counter() - started
         await client.close()
     return tokens / wall

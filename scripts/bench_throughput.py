@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, arun, load_job  # noqa: E402
-from pipeline.loop import build_messages  # noqa: E402
-from pipeline.records import Record, read_records  # noqa: E402
+from pipeline.core.prompts import opening  # noqa: E402
+from pipeline.core.records import Record  # noqa: E402
+from pipeline.records import read_records  # noqa: E402
 
 
 @contextmanager
@@ -145,9 +146,7 @@ async def bare_loop(url: str, inp: Path, total: int, concurrency: int, *, fast: 
     """
     job = load_job("code-improve")
     prompts = [
-        build_messages(job, r, "generate", 0, [])
-        for r in read_records(inp, job.inputs, "id")
-        if isinstance(r, Record)
+        opening(job, r) for r in read_records(inp, job.inputs, "id") if isinstance(r, Record)
     ]
     http = openai.DefaultAioHttpClient() if fast else None
     async with openai.AsyncOpenAI(

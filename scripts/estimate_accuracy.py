@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, run  # noqa: E402
+from pipeline.core.loader import load_job  # noqa: E402
 from pipeline.estimate import from_prompts, run_estimate  # noqa: E402
-from pipeline.jobs import load_job  # noqa: E402
 from pipeline.local.registry import DEFAULT_MODEL  # noqa: E402
 from pipeline.prices import BUILTIN, PriceBook  # noqa: E402
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402

@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 
-from pipeline.calls import Completion, Step
+from pipeline.core.steps import Completion, Step
 
 
 class RecordingSink:
@@ -52,6 +52,7 @@ class ScriptedClient:
         self.schemas: list[Mapping[str, Any] | None] = []
         self.temperatures: list[float] = []
         self.penalties: list[float | None] = []
+        self.cache_keys: list[str | None] = []
         self.saved_at_call: list[int] = []
         self.gate = gate
         self.in_flight = 0
@@ -75,8 +76,10 @@ class ScriptedClient:
         temperature: float,
         max_tokens: int,
         frequency_penalty: float | None = None,
+        cache_key: str | None = None,
     ) -> Completion:
         self.messages.append([dict(m) for m in messages])
+        self.cache_keys.append(cache_key)
         self.schemas.append(schema)
         self.temperatures.append(temperature)
         self.penalties.append(frequency_penalty)

@@ -13,7 +13,7 @@ import pytest
 from pipeline import RunSummary, Settings, run
 from pipeline.batch import BatchClients, BatchConfig, Side, cancel, read_ledger
 from pipeline.batch.api import BatchIssue
-from pipeline.calls import Completion
+from pipeline.core.steps import Completion
 from pipeline.formats import FormatLadder
 from pipeline.prices import PriceBook
 from pipeline.status import collect
@@ -73,6 +73,7 @@ class EchoClient:
         schema: Mapping[str, Any] | None,
         temperature: float,
         max_tokens: int,
+        cache_key: str | None = None,
     ) -> Completion:
         sent, extra = self.ladder.request(messages, schema, 0)
         body = {"model": MODEL, "messages": sent, **extra}

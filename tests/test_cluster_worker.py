@@ -12,7 +12,6 @@ import anyio
 import pytest
 
 from pipeline import render_status
-from pipeline.calls import Outcome, Step
 from pipeline.cluster.jobfiles import JobFiles
 from pipeline.cluster.messages import (
     Assignment,
@@ -25,6 +24,9 @@ from pipeline.cluster.messages import (
     WireError,
 )
 from pipeline.cluster.worker import Worker, WorkerSpec
+from pipeline.core.loader import load_job
+from pipeline.core.records import Record
+from pipeline.core.steps import Outcome, Step
 from pipeline.errors import (
     AuthError,
     BudgetReached,
@@ -32,9 +34,7 @@ from pipeline.errors import (
     FatalCallError,
     UnavailableError,
 )
-from pipeline.jobs import load_job
 from pipeline.prices import PriceBook
-from pipeline.records import Record
 from pipeline.runner import _Endpoint
 from pipeline.settings import Settings, resolve
 from pipeline.testing.simulator import SimConfig, Simulator
@@ -47,8 +47,8 @@ name = "shout"
 type = "string"
 [prompts]
 generate = "Say {{text}}"
-feedback = "Judge {{output}}"
-refine = "Fix {{output}} with {{feedback}} after {{history}}"
+feedback = "Judge the answer above"
+refine = "Fix it as the feedback says"
 [feedback]
 schema = '''
 {"type": "object", "required": ["actions", "done"],

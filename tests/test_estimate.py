@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -14,12 +13,11 @@ import pytest
 from pipeline import Settings, load_job
 from pipeline.estimate import from_prompts, from_sample, render, run_estimate
 from pipeline.prices import Price, PriceBook
+from pipeline.settings import effective_job
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
-JOB = dataclasses.replace(  # scored, no copy retries or second drafts
-    load_job("code-improve"), retry_copy=False, redraft=0
-)
+JOB = load_job("code-improve")  # scored; plain Self-Refine
 MODELS = {"generate": "m", "refine": "m", "feedback": "m"}
 
 
@@ -40,20 +38,36 @@ def test_calls_per_scenario_follow_the_loop(tmp_path: Path, max_iters: int) -> N
     assert high.completion_tokens == high.calls * JOB.max_tokens
 
 
-def test_high_counts_every_redraft_and_a_copy_retry_per_refinement(tmp_path: Path) -> None:
-    """The shipped code-improve redrafts once and retries copies: high counts a feedback,
-    the refinement, its later draft and a copy retry per iteration; redrafted up to twice,
-    one call more per iteration."""
+def test_strategies_add_their_calls_to_the_estimate(tmp_path: Path) -> None:
+    """Each strategy's calls are counted: samples=2 drafts every answer twice; restart adds a
+    draft per refinement (expected and high); copy-retry one per refinement (high only)."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
-    job = load_job("code-improve")
-    assert job.redraft == 1 and job.retry_copy
-    est = from_prompts(job, inp, Settings(max_iters=2), PriceBook(), MODELS)
-    assert est.scenarios["high"].calls == 10 * (1 + 2 * (1 + 1 + 1 + 1) + 1)
-    assert est.scenarios["low"].calls == 10 * 2
-    twice = from_prompts(
-        dataclasses.replace(job, redraft=2), inp, Settings(max_iters=2), PriceBook(), MODELS
+    plain = from_prompts(JOB, inp, Settings(max_iters=2), PriceBook(), MODELS)
+    assert plain.scenarios["high"].calls == 10 * (1 + 2 * 2 + 1)
+    settings = Settings(max_iters=2, strategy=("samples=2", "restart", "copy-retry"))
+    job = effective_job(JOB, settings)
+    est = from_prompts(job, inp, settings, PriceBook(), MODELS)
+    assert est.scenarios["low"].calls == 10 * (2 + 1)
+    assert est.scenarios["expected"].calls == 10 * (2 + (1 + 2 + 1) + 1)
+    assert est.scenarios["high"].calls == 10 * (2 + 2 * (1 + 2 + 1 + 1) + 1)
+
+
+def test_the_layout_lets_a_cache_serve_the_history(tmp_path: Path) -> None:
+    """With long inputs, each call after a record's first repeats the one before as its
+    prefix: the estimate counts that share as cached, and prices it with and without."""
+    long_tasks = [{"id": f"t{i}", "task": f"Task {i}: " + "word " * 3000} for i in range(5)]
+    inp = write_jsonl(tmp_path / "in.jsonl", long_tasks)
+    prices = PriceBook({"m": Price(1.0, 2.0, 0.1)})
+    est = from_prompts(JOB, inp, Settings(max_iters=2), prices, MODELS)
+    high = est.scenarios["high"]
+    assert 0.6 < high.cached_tokens / high.prompt_tokens < 1.0
+    assert high.cost_usd is not None and high.uncached_cost_usd is not None
+    assert high.cost_usd < 0.5 * high.uncached_cost_usd
+    short = from_prompts(
+        JOB, write_jsonl(tmp_path / "s.jsonl", tasks(5)), Settings(), prices, MODELS
     )
-    assert twice.scenarios["high"].calls == 10 * (1 + 2 * (1 + 1 + 2 + 1) + 1)
+    assert short.scenarios["low"].cached_tokens == 0  # prompts under 1,024 tokens: no cache
+    assert "no cache" in render(est)
 
 
 def test_a_local_critic_is_sized_with_the_schema_in_its_prompt(tmp_path: Path) -> None:

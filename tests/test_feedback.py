@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from pipeline.core.feedback import normalize, parse_feedback, render_feedback
 from pipeline.errors import FeedbackParseError
-from pipeline.feedback import normalize, parse_feedback, render_feedback
 
 FIELDS: dict[str, Any] = {"actions_field": "actions", "done_field": "done", "score_field": "score"}
 

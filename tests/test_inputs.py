@@ -15,11 +15,11 @@ import orjson
 import pytest
 
 from pipeline import ConfigError
+from pipeline.core.jobs import InputField
 from pipeline.errors import InputError
 from pipeline.inputs import InputFormat, check_input, count_rows, fingerprint, same_input
 from pipeline.inputs.csvfile import cell_value
 from pipeline.inputs.formats import sniff
-from pipeline.jobs import InputField
 from pipeline.records import Record, read_records
 from pipeline.status import collect
 from pipeline.testing.simulator import Simulator

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from pipeline import ConfigError
+from pipeline.core.jobs import InputField
 from pipeline.errors import InputError
 from pipeline.inputs import check_input, count_rows, fingerprint, same_input
 from pipeline.inputs.parquet import json_value, parquet_identity
-from pipeline.jobs import InputField
 from pipeline.records import Record, read_records
 from pipeline.status import collect
 from pipeline.testing.simulator import Simulator

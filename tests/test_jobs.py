@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.core.jobs import InputField, builtin_jobs, render
+from pipeline.core.loader import load_job
+from pipeline.core.strategies import Strategies
 from pipeline.errors import ConfigError, JobError
-from pipeline.jobs import InputField, builtin_jobs, load_job, render
 
 BASE = """\
 name = "t"
@@ -17,11 +19,16 @@ description = "a test job"
 type = "string"
 description = "what to do"
 
+[input.answer]
+type = "any"
+required = false
+use = "label"
+
 [prompts]
-system = "You help with {{task}}."
+system = "You help with tasks."
 generate = "Do {{task}}"
-feedback = "Review {{output}} for {{task}}"
-refine = "Improve {{output}} for {{task}} using {{feedback}}; history: {{history}}"
+feedback = "Review the answer above for {{task}}; checks found {{findings}}"
+refine = "Improve the answer above"
 
 [feedback]
 score_field = "score"
@@ -47,7 +54,7 @@ temperature = 0.2
 max_tokens = 256
 
 [output]
-extract = "text"
+kind = "text"
 """
 
 
@@ -89,14 +96,11 @@ def test_builtin_code_improve_has_what_the_loop_needs() -> None:
     assert job.inputs == (InputField("task", "string", True, job.inputs[0].description),)
     assert job.scored and job.score_field == "score"
     assert job.score_threshold is not None and job.max_iters >= 1
-    assert job.extract == "code-with-tests"
+    assert job.kind.name == "code-with-tests" and "pooled" in job.kind.selections
     assert job.checker is not None and job.evaluator is not None
-    assert job.max_tokens > 0
-    assert job.system_prompt
-    assert "{{task}}" in job.generate_prompt
-    assert "{{output}}" in job.feedback_prompt
-    for placeholder in ("{{task}}", "{{output}}", "{{feedback}}", "{{history}}"):
-        assert placeholder in job.refine_prompt
+    assert job.strategies == Strategies() and job.select == "default"
+    assert job.system_prompt and "{{task}}" in job.generate_prompt
+    assert "{{findings}}" in job.feedback_prompt
     props = job.feedback_schema["properties"]
     assert props[job.actions_field]["type"] == "array"
     assert props[job.done_field]["type"] == "boolean"
@@ -137,11 +141,14 @@ def test_valid_job_file_loads_with_its_values(tmp_path: Path) -> None:
     """Every field of a valid job file reaches the Job (the base of the broken-job table)."""
     job = load_job(str(write_job(tmp_path, BASE)))
     assert job.name == "t" and job.description == "a test job"
-    assert job.inputs == (InputField("task", "string", True, "what to do"),)
-    assert job.system_prompt == "You help with {{task}}."
+    assert job.inputs == (
+        InputField("task", "string", True, "what to do"),
+        InputField("answer", "any", False, "", use="label"),
+    )
+    assert job.system_prompt == "You help with tasks."
     assert (job.actions_field, job.done_field, job.score_field) == ("actions", "done", "score")
     assert (job.max_iters, job.score_threshold) == (2, 8.0)
-    assert (job.temperature, job.max_tokens, job.extract) == (0.2, 256, "text")
+    assert (job.temperature, job.max_tokens, job.kind.name) == (0.2, 256, "text")
     assert job.evaluator is None
 
 
@@ -151,18 +158,16 @@ def test_defaults_apply_when_optional_tables_are_absent(tmp_path: Path) -> None:
     job = load_job(str(write_job(tmp_path, text)))
     assert job.score_field is None and not job.scored
     assert (job.max_iters, job.score_threshold) == (3, None)
-    assert (job.temperature, job.max_tokens, job.extract) == (0.7, 1024, "text")
+    assert (job.temperature, job.max_tokens, job.kind.name) == (0.7, 1024, "text")
+    assert job.strategies == Strategies() and job.select == "default"
 
 
-@pytest.mark.parametrize(("value", "count"), [("true", 1), ("false", 0), ("3", 3)])
-def test_redraft_is_a_switch_or_a_count(tmp_path: Path, value: str, count: int) -> None:
-    """[stop] redraft = true drafts a failing refinement once more; a number, that many
-    times at most; absent, never."""
-    job = load_job(
-        str(write_job(tmp_path, edit("max_iters = 2", f"max_iters = 2\nredraft = {value}")))
-    )
-    assert job.redraft == count
-    assert load_job(str(write_job(tmp_path, BASE))).redraft == 0
+def test_strategies_table_turns_strategies_on(tmp_path: Path) -> None:
+    """[strategies] names the extra calls a job makes; absent, plain Self-Refine."""
+    text = BASE + "\n[strategies]\nsamples = 3\nrestart = true\nrepair = false\n"
+    job = load_job(str(write_job(tmp_path, text)))
+    assert job.strategies == Strategies(samples=3, restart=True, repair=False)
+    assert job.strategies.names == ("samples", "restart")
 
 
 def test_schema_may_be_a_json_string(tmp_path: Path) -> None:
@@ -184,34 +189,48 @@ def test_content_hash_follows_the_file_content(tmp_path: Path) -> None:
 
 BROKEN = [
     pytest.param(
-        edit(
-            'refine = "Improve {{output}} for {{task}} using {{feedback}}; history: {{history}}"\n',
-            "",
-        ),
-        "prompts.refine",
-        id="missing-refine",
+        edit('refine = "Improve the answer above"\n', ""), "prompts.refine", id="no-refine"
     ),
     pytest.param(
-        edit("; history: {{history}}", ""),
+        edit("Improve the answer above", "Improve {{output}} using {{feedback}}"),
         "prompts.refine",
-        id="refine-without-history",
+        id="refine-carrying-its-own-answer",
+    ),
+    pytest.param(
+        edit("Improve the answer above", "Improve it; earlier: {{history}}"),
+        "prompts.refine",
+        id="refine-with-template-history",
+    ),
+    pytest.param(edit("Do {{task}}", "Do it"), "prompts.generate", id="input-not-in-generate"),
+    pytest.param(
+        edit("Do {{task}}", "Do {{task}}, like {{answer}}"), "prompts.generate", id="label-shown"
+    ),
+    pytest.param(
+        edit("Improve the answer above", "Improve it toward {{answer}}"),
+        "prompts.refine",
+        id="label-in-refine",
+    ),
+    pytest.param(
+        edit("Do {{task}}", "Do {{task}} better than {{findings}}"),
+        "prompts.generate",
+        id="findings-in-generate",
+    ),
+    pytest.param(
+        edit("You help with tasks.", "You help with {{task}}."),
+        "prompts.system",
+        id="record-field-in-system",
+    ),
+    pytest.param(edit('use = "label"', 'use = "secret"'), "input.answer.use", id="bad-field-use"),
+    pytest.param(edit('kind = "text"', 'kind = "html"'), "output.kind", id="bad-kind"),
+    pytest.param(BASE + 'select = "pooled"\n', "output.select", id="select-the-kind-lacks"),
+    pytest.param(BASE + "\n[strategies]\nsamples = 0\n", "strategies.samples", id="samples-0"),
+    pytest.param(
+        BASE + '\n[strategies]\nrestart = "yes"\n', "strategies.restart", id="restart-not-bool"
+    ),
+    pytest.param(
+        BASE + "\n[strategies]\nredraft = true\n", "strategies.redraft", id="unknown-strategy"
     ),
     pytest.param(edit("Do {{task}}", "Do {{taks}}"), "prompts.generate", id="unknown-placeholder"),
-    pytest.param(
-        edit("Do {{task}}", "Do {{task}} better than {{output}}"),
-        "prompts.generate",
-        id="loop-variable-in-generate",
-    ),
-    pytest.param(
-        edit("Review {{output}}", "Review {{output}} after {{history}}"),
-        "prompts.feedback",
-        id="history-in-feedback",
-    ),
-    pytest.param(
-        edit("You help with {{task}}.", "You help with {{output}}."),
-        "prompts.system",
-        id="loop-variable-in-system",
-    ),
     pytest.param('colour = "red"\n' + BASE, "colour", id="unknown-top-level-key"),
     pytest.param(edit('name = "t"', "name = 3"), "name", id="name-not-string"),
     pytest.param(edit('name = "t"\n', ""), "name", id="missing-name"),
@@ -272,39 +291,8 @@ BROKEN = [
     pytest.param(
         edit("max_iters = 2", "max_iters = -1"), "stop.max_iters", id="negative-max-iters"
     ),
-    pytest.param(edit('extract = "text"', 'extract = "html"'), "output.extract", id="bad-extract"),
     pytest.param(edit('name = "t"', 'name = "t'), "toml", id="invalid-toml"),
     pytest.param(BASE + '\n[hooks]\nfile = "absent.py"\n', "hooks.file", id="hooks-file-missing"),
-    pytest.param(
-        edit("[feedback]\n", 'refine_copy = "Again: {{task}}, {{findings}}"\n\n[feedback]\n'),
-        "prompts.refine_copy",
-        id="refine-copy-without-retry-copy",
-    ),
-    pytest.param(
-        edit("[feedback]\n", 'refine_copy = "Again: {{answer}}"\n\n[feedback]\n').replace(
-            "max_iters = 2", "max_iters = 2\nretry_copy = true"
-        ),
-        "prompts.refine_copy",
-        id="refine-copy-unknown-placeholder",
-    ),
-    pytest.param(
-        edit("[feedback]\n", 'refine_failing = "Anew: {{code}}"\n\n[feedback]\n'),
-        "prompts.refine_failing",
-        id="refine-failing-unknown-placeholder",
-    ),
-    pytest.param(
-        edit("max_iters = 2", "max_iters = 2\nredraft_temperature = 1.0"),
-        "stop.redraft_temperature",
-        id="redraft-temperature-without-redraft",
-    ),
-    pytest.param(
-        edit("max_iters = 2", "max_iters = 2\nredraft = -1"), "stop.redraft", id="redraft-negative"
-    ),
-    pytest.param(
-        edit("max_iters = 2", 'max_iters = 2\nredraft = "twice"'),
-        "stop.redraft",
-        id="redraft-not-a-count",
-    ),
 ]
 
 

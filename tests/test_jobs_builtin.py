@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import pytest
 
@@ -19,12 +20,15 @@ from jobs import (
     dialogue_hooks,
     gsm_hooks,
 )
-from pipeline import Settings, answers, run
-from pipeline.answers import join, split_tests
+from jobs.code import join
+from pipeline import Settings, run
+from pipeline.core.jobs import Job
+from pipeline.core.loader import load_job
+from pipeline.core.loop import Call, Policy, Stop, make_step, next_call
+from pipeline.core.records import Record
+from pipeline.core.steps import Completion, Step
 from pipeline.errors import InputError
-from pipeline.jobs import Job, load_job
-from pipeline.loop import Step, build_messages
-from pipeline.records import Record, read_records
+from pipeline.records import read_records
 from pipeline.testing.simulator import Simulator
 from tests.helpers import SHARED_DATA
 
@@ -63,32 +67,45 @@ def records(job: Job, path: Path, limit: int | None = None) -> list[Record]:
     return out
 
 
-def feedback_step(job: Job, iteration: int) -> Step:
-    """A parsed feedback step carrying one recognisable action."""
-    parsed: dict[str, Any] = {job.actions_field: [f"ACTION-{iteration}"], job.done_field: False}
+def _reply(job: Job, call: Call, n: int) -> str:
+    """A recognisable answer (ANSWER-n) or feedback (ACTION-n) for ``call``."""
+    if call.role != "feedback":
+        return f"ANSWER-{n}"
+    parsed: dict[str, Any] = {
+        job.actions_field: [f"ACTION-{call.iteration}"],
+        job.done_field: False,
+    }
     if job.score_field:
-        parsed[job.score_field] = 3.0
-    return Step("feedback", iteration, [], "{}", parsed, {}, 0.0, 1)
-
-
-def answer_step(role: str, iteration: int) -> Step:
-    """A generate/refine step whose answer is recognisable."""
-    text = f"ANSWER-{iteration}"
-    return Step(role, iteration, [], text, None, {}, 0.0, 1, output=text)  # type: ignore[arg-type]
+        parsed[job.score_field] = 3
+    for name in job.score_from:
+        parsed[name] = 1
+    return orjson.dumps(parsed).decode()
 
 
 def all_prompts(job: Job, record: Record) -> Iterator[tuple[str, str]]:
-    """(role, text) of every message for generate, feedback, refine and a second refine."""
-    steps = [answer_step("generate", 0), feedback_step(job, 0)]
-    calls = [
-        ("generate", 0, []),
-        ("feedback", 0, steps[:1]),
-        ("refine", 1, steps),
-        ("refine", 2, [*steps, answer_step("refine", 1), feedback_step(job, 1)]),
-    ]
-    for role, iteration, prior in calls:
-        for message in build_messages(job, record, role, iteration, prior):  # type: ignore[arg-type]
-            yield f"{role}:{iteration}:{message['role']}", message["content"]
+    """(role:iteration:message-role, text) of every message of a loop of two refinements,
+    each answer and feedback recognisable; the job's checks off (nothing to run)."""
+    steps: list[Step] = []
+    answers = 0
+    while True:
+        call = next_call(job, record, steps, Policy(2, checks=False))
+        if isinstance(call, Stop):
+            return
+        for message in call.messages:
+            yield f"{call.role}:{call.iteration}:{message['role']}", message["content"]
+        text = _reply(job, call, answers)
+        answers += call.role != "feedback"
+        comp = Completion(text, 10, 10, 0.0, 1)
+        steps.append(anyio.run(make_step, job, record, call, comp, steps, False))
+
+
+def conversations(job: Job, record: Record) -> dict[tuple[str, int], str]:
+    """(role, iteration) -> all the text one call sends."""
+    out: dict[tuple[str, int], list[str]] = {}
+    for key, text in all_prompts(job, record):
+        role, t, _ = key.split(":")
+        out.setdefault((role, int(t)), []).append(text)
+    return {k: "\n".join(v) for k, v in out.items()}
 
 
 def field_texts(value: Any) -> list[str]:
@@ -104,9 +121,10 @@ def field_texts(value: Any) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("name", "fields", "stop", "extract", "hooks"),
+    ("name", "fields", "stop", "kind", "hooks"),
     [
         ("gsm", {"input": True, "target": False}, (None, None, 3), "code", "evaluate check"),
+        ("code-improve", {"task": True}, ("score", 10.0, 3), "code-with-tests", "evaluate check"),
         ("commongen", {"concepts": True}, (None, None, 4), "text", "evaluate check"),
         (
             "acronym",
@@ -137,22 +155,21 @@ def test_job_loads_with_its_contract(
     name: str,
     fields: dict[str, bool],
     stop: tuple[str | None, float | None, int],
-    extract: str,
+    kind: str,
     hooks: str,
 ) -> None:
-    """Each paper job loads with DESIGN.md's input fields, its stop rule and its hooks."""
+    """Each paper job loads with DESIGN.md's input fields, its stop rule and its hooks, and
+    runs plain Self-Refine (no strategy on)."""
     job = load_job(name)
     assert job.name == name
     assert {f.name: f.required for f in job.inputs} == fields
     assert (job.score_field, job.score_threshold, job.max_iters) == stop
-    assert job.extract == extract
+    assert job.kind.name == kind
     assert (job.evaluator is not None, job.checker is not None) == (
         "evaluate" in hooks,
         "check" in hooks,
     )
-    # Greedy jobs retry a verbatim copy, and so do commongen and code-improve, whose
-    # small-model refinements often hand the sentence or the failing code back unchanged.
-    assert job.retry_copy is (job.temperature == 0 or job.name in ("commongen", "code-improve"))
+    assert job.strategies.names == () and job.strategies.repair
     schema = job.feedback_schema
     assert schema["properties"][job.actions_field]["type"] == "array"
     assert schema["properties"][job.done_field]["type"] == "boolean"
@@ -187,12 +204,15 @@ def test_original_format_records_render_every_prompt(name: str) -> None:
         for fname in shown:
             for piece in field_texts(record.fields.get(fname)):
                 assert piece in generate
-        assert "ANSWER-0" in prompts["feedback:0:user"]
-        assert "ACTION-0" in prompts["refine:1:user"]
-        # the second refinement sees the first attempt and its feedback in the history
-        assert "ANSWER-0" in prompts["refine:2:user"] and "ACTION-0" in prompts["refine:2:user"]
-        assert "ANSWER-1" in prompts["refine:2:user"] and "ACTION-1" in prompts["refine:2:user"]
-        longest = max(math.ceil(len(t) / 4) for t in prompts.values())
+        calls = conversations(job, record)
+        # every refine call carries the input, each earlier answer and each earlier feedback
+        for (role, t), text in calls.items():
+            if role != "refine":
+                continue
+            for piece in field_texts(record.fields.get(shown[0])):
+                assert piece in text
+            assert all(f"ANSWER-{i}" in text and f"ACTION-{i}" in text for i in range(t))
+        longest = max(math.ceil(len(t) / 4) for t in calls.values())
         assert longest + job.max_tokens < CONTEXT_TOKENS
 
 
@@ -706,7 +726,7 @@ def test_code_optimize_finds_an_answer_that_is_not_faster(
         assert f"speedup {before / after:.2f}" in found[0]
 
 
-# -- code-improve: the answer's own tests ------------------------------------------------------
+# -- code-improve: the answer's own tests, and the request's examples stated as code -----------
 
 ADD = "def add(a, b):\n    return a + b"
 
@@ -740,11 +760,6 @@ ADD = "def add(a, b):\n    return a + b"
             ["Remove the comment on line 2 about the changes or the feedback"],
         ),
         (
-            join(ADD + "\nprint(add(1, 1))  # 3", "assert add(1, 1) == 2"),
-            (1, 1, []),
-            ["The comment on line 3 claims an output nobody checked (`# 3`): turn it into an"],
-        ),
-        (
             join(ADD, "\n".join(f"assert add({i}, 0) == -1" for i in range(5))),
             (0, 5, [f"assert add({i}, 0) == -1" for i in range(5)]),
             [
@@ -759,40 +774,6 @@ ADD = "def add(a, b):\n    return a + b"
             join(ADD, "assert add(1, 2) == 3\nassert add('(]) == 0"),
             (1, 1, []),  # the tests before the broken line still run
             ["Fix the syntax error in the tests at line 2: unterminated string literal"],
-        ),
-        (
-            join(ADD, "assert add('(]) == 0\nassert add(1, 2) == 3"),
-            (0, 1, ["assert add('(]) == 0 assert add(1, 2) == 3"]),  # whitespace-normalized
-            ["Fix the syntax error in the tests at line 1: unterminated string literal"],
-        ),
-        (  # a raise tested as a value: how to test it instead, whatever the code does
-            join(
-                ADD + "\n\ndef half(n):\n    if n % 2:\n        raise ValueError('odd')\n"
-                "    return n // 2",
-                "assert half(3) == ValueError('odd')\nassert half(4) == OverflowError()",
-            ),
-            (0, 2, ["assert half(3) == ValueError('odd')", "assert half(4) == OverflowError()"]),
-            [
-                "The test `assert half(3) == ValueError('odd')` cannot pass: a new ValueError "
-                "object equals only itself. To test that `half(3)` raises ValueError: under "
-                "`try:` call it, then `assert False`; under `except ValueError:` `pass`.",
-                "The test `assert half(4) == OverflowError()` cannot pass",
-                "Fix the code",
-            ],
-        ),
-        (  # a raise tested against the class: code that raises fails it
-            join(
-                "def half(n):\n    if n % 2:\n        raise ValueError('odd')\n    return n // 2",
-                "assert half(2) == 1\nassert half(3) == ValueError",
-            ),
-            (1, 2, ["assert half(3) == ValueError"]),
-            [
-                "The test `assert half(3) == ValueError` compares the result with the class "
-                "ValueError: code that raises ValueError fails it. To test that `half(3)` "
-                "raises ValueError: under `try:` call it, then `assert False`; under "
-                "`except ValueError:` `pass`.",
-                "Fix the code",
-            ],
         ),
         (  # cut off at max_tokens inside one test function: its finished asserts run
             join(
@@ -817,380 +798,47 @@ def test_code_improve_evaluate_and_check(
     passed, total, failed = metrics
     got = code_improve_hooks.evaluate({"task": "add"}, output)
     assert (got["tests_passed"], got["tests_total"], got["tests_failed"]) == (passed, total, failed)
+    assert "examples_total" not in got  # a request in prose states no example as code
     found = code_improve_hooks.check({"task": "add"}, output)
-    assert len(found) == len(findings)
+    assert len(found) == len(findings), found
     for text, start in zip(found, findings, strict=True):
         assert text.startswith(start)
 
 
-ROMAN = (  # a dict lookup: a letter that is no numeral raises KeyError
-    "def roman_to_int(s):\n"
-    "    if not s:\n        raise ValueError('empty')\n"
-    "    m = {'I': 1, 'V': 5, 'X': 10}\n"
-    "    total = 0\n"
-    "    for a, b in zip(s, s[1:] + ' '):\n"
-    "        total += -m[a] if b != ' ' and m[a] < m[b] else m[a]\n"
-    "    return total"
-)
-ROMAN_CHECKED = ROMAN.replace(
-    "    m = {", "    if set(s) - set('IVX'):\n        raise ValueError(s)\n    m = {"
-)
-ROMAN_TASK = (
-    "Write roman_to_int(s). It must raise ValueError for an empty string or a letter that "
-    "is not a Roman numeral."
+STATED = (
+    "Write add(a, b) returning the sum.\n\n"
+    ">>> add(2, 3)\n5\n>>> xs = [1, 2]\n>>> add(*xs)\n3\n"
+    "assert add(-1, 1) == 0\n"
+    "Also add('a', 'b') gives 'ab' (prose, not read)."
 )
 
 
-def test_code_improve_flags_an_error_the_request_does_not_name() -> None:
-    """Code raising KeyError on a call near its tests (`roman_to_int('ix')`), where the
-    request names ValueError, gets a finding that says which call and what to raise; code
-    that checks its input, or a request naming no error, gets none."""
-    tests = "\n".join(
-        [
-            "assert roman_to_int('IX') == 9",
-            "assert roman_to_int('XI') == 11",
-            "assert roman_to_int('V') == 5",
-        ]
-    )
-    found = code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN, tests))
-    assert len(found) == 1
-    # The first call says where the lookup failed, with the code's values there.
-    assert found[0].startswith(
-        "`roman_to_int('ix')` raises KeyError: 'i' (raised in roman_to_int, line 7 of the "
-        "code: `total += -m[a] if b != ' ' and m[a] < m[b] else m[a]`, where m = {"
-    )
-    # ix, xi and v; then each numeral with a # and with a letter it lacks added (IX# and IXZ)
-    assert "; `roman_to_int('xi')` raises KeyError (and 7 more such calls)" in found[0]
-    assert "raise ValueError" in found[0]
-    assert "check `if key not in table:` and raise ValueError before looking it up" in found[0]
-    assert code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN_CHECKED, tests)) == []
-    assert code_improve_hooks.check({"task": "Convert a numeral."}, join(ROMAN, tests)) == []
+def test_examples_a_request_states_as_code_run_as_tests() -> None:
+    """Doctest lines (with their expected output) and assert lines of the request run with
+    the answer; a failing one is a finding; prose is never read as an example."""
+    from jobs.code import stated_examples
 
-
-def test_code_improve_says_where_an_unnamed_error_is_raised_without_a_lookup_hint() -> None:
-    """An IndexError where the request names ValueError: the finding shows the line that
-    raised it and the values there; the advice on table lookups is for KeyError only."""
-    task = "Write first_char(s: str) -> str. It must raise ValueError for an empty string."
-    code = "def first_char(s):\n    head = s[:1]\n    return s[0]"
-    found = code_improve_hooks.check({"task": task}, join(code, "assert first_char('ab') == 'a'"))
-    assert found == [
-        "`first_char('')` raises IndexError: string index out of range (raised in first_char, "
-        "line 3 of the code: `return s[0]`, where head = ''): the request names ValueError as "
-        "the error to raise. Where such an input is not valid, check it and raise ValueError; "
-        "where it is valid, return the result."
+    assert stated_examples(STATED) == [
+        "assert (add(2, 3)) == (5)",
+        "xs = [1, 2]\nassert (add(*xs)) == (3)",
+        "assert add(-1, 1) == 0",
     ]
+    right = join(ADD, "assert add(1, 1) == 2")
+    got = code_improve_hooks.evaluate({"task": STATED}, right)
+    assert (got["examples_passed"], got["examples_total"]) == (3, 3)
+    assert code_improve_hooks.check({"task": STATED}, right) == []
+    wrong = join("def add(a, b):\n    return abs(a) + b", "assert add(1, 1) == 2")
+    got = code_improve_hooks.evaluate({"task": STATED}, wrong)
+    assert (got["examples_passed"], got["tests_passed"]) == (2, 1)
+    found = code_improve_hooks.check({"task": STATED}, wrong)
+    assert [f.split(":")[0] for f in found] == ["The request's own example fails"]
+    assert "add(-1, 1)" in found[0]
 
 
-MAT_MUL_TASK = (
-    "Write mat_mul(a: list[list[float]], b: list[list[float]]) -> list[list[float]] that "
-    "multiplies two matrices. It must raise ValueError when the columns of a are not the "
-    "rows of b, or when a matrix has rows of different lengths."
-)
-MAT_MUL = (  # reads the width of a off its first row
-    "def mat_mul(a, b):\n"
-    "    if not a or not b or len(a[0]) != len(b):\n"
-    "        raise ValueError('shapes')\n"
-    "    return [[sum(row[k] * b[k][j] for k in range(len(b))) for j in range(len(b[0]))]\n"
-    "            for row in a]"
-)
-MAT_MUL_CHECKED = MAT_MUL.replace(
-    "    return",
-    "    if len({len(r) for r in a}) > 1 or len({len(r) for r in b}) > 1:\n"
-    "        raise ValueError('ragged')\n    return",
-)
-
-
-def test_code_improve_flags_rows_of_different_lengths_met_with_another_error() -> None:
-    """No test of the answer's gives a matrix rows of different lengths; the same call
-    with the last row of a matrix one item shorter does, and the IndexError it meets where
-    the request names ValueError is a finding. Code checking its rows gets none, and a
-    request naming no error asks nothing of such rows."""
-    tests = "assert mat_mul([[1, 2], [3, 4]], [[5, 6], [7, 8]]) == [[19, 22], [43, 50]]"
-    found = code_improve_hooks.check({"task": MAT_MUL_TASK}, join(MAT_MUL, tests))
-    assert len(found) == 1
-    assert found[0].startswith(
-        "`mat_mul([[1, 2], [3]], [[5, 6], [7, 8]])` raises IndexError: list index out of range"
-    )
-    assert "the request names ValueError as the error to raise" in found[0]
-    assert code_improve_hooks.check({"task": MAT_MUL_TASK}, join(MAT_MUL_CHECKED, tests)) == []
-    plain = MAT_MUL_TASK.split(" It must")[0]
-    assert code_improve_hooks.check({"task": plain}, join(MAT_MUL, tests)) == []
-
-
-def test_code_improve_writes_out_the_check_on_rows_of_different_lengths() -> None:
-    """Where a matrix with rows of different lengths meets another error than the one the
-    request names, and the request speaks of lengths, the finding gives the check in the
-    code's own parameter names, for each parameter such a call gave rows of different
-    lengths; put at the start of the function, it clears the finding. A request saying
-    nothing of lengths gets the general sentence only."""
-    tests = "assert mat_mul([[1, 2], [3, 4]], [[5, 6], [7, 8]]) == [[19, 22], [43, 50]]"
-    code = (  # MAT_MUL with other parameter names
-        "def mat_mul(left, right):\n"
-        "    if not left or not right or len(left[0]) != len(right):\n"
-        "        raise ValueError('shapes')\n"
-        "    return [[sum(row[k] * right[k][j] for k in range(len(right)))\n"
-        "             for j in range(len(right[0]))] for row in left]"
-    )
-    (found,) = code_improve_hooks.check({"task": MAT_MUL_TASK}, join(code, tests))
-    check = "if len({len(row) for row in left}) > 1 or len({len(row) for row in right}) > 1:"
-    assert f"check `{check}` and raise ValueError before using the rows" in found
-    lines = code.splitlines()
-    checked = "\n".join([lines[0], "    " + check, "        raise ValueError('rows')", *lines[1:]])
-    assert code_improve_hooks.check({"task": MAT_MUL_TASK}, join(checked, tests)) == []
-    silent = MAT_MUL_TASK.replace(", or when a matrix has rows of different lengths", "")
-    (general,) = code_improve_hooks.check({"task": silent}, join(code, tests))
-    assert "the request names ValueError as the error to raise" in general
-    assert "Rows of different lengths" not in general
-
-
-def test_code_improve_runs_the_inputs_a_request_lists_as_raising_its_error() -> None:
-    """Inputs the request lists as raising ValueError ("such as "1,00" or ",100"") run as
-    its examples: code returning a value for one gets a finding naming the call, and a
-    test expecting a value for one is left out as contradicting the request."""
-    task = (
-        "Write parse_grouped(text: str) -> int that reads numbers with commas as thousands "
-        'separators. It must raise ValueError for any other text, such as "1,00" or ",100".'
-    )
-    lenient = "def parse_grouped(text):\n    return int(text.replace(',', ''))"
-    tests = "assert parse_grouped('1,000') == 1000\nassert parse_grouped(',100') == 100"
-    found = code_improve_hooks.check({"task": task}, join(lenient, tests))
-    assert found[:2] == [
-        f"The request's own example (ValueError for {value}) fails: parse_grouped('{value[1:-1]}') "
-        "did not raise ValueError. The request's examples are right: fix the code so that it "
-        "raises that error for such input."
-        for value in ('"1,00"', '",100"')
-    ]
-    assert found[2].startswith("Tests that expect another result than the request's own")
-    assert (
-        "`assert parse_grouped(',100') == 100` (the request: ValueError for \",100\")" in found[2]
-    )
-    got = code_improve_hooks.evaluate({"task": task}, join(lenient, tests))
-    assert (got["examples_passed"], got["examples_total"]) == (0, 2)
-    assert (got["tests_passed"], got["tests_total"]) == (1, 1)
-    strict = lenient.replace(
-        "    return",
-        "    if text.startswith(',') or text.endswith(',00'):"
-        "\n        raise ValueError(text)\n    return",
-    )
-    got = code_improve_hooks.evaluate({"task": task}, join(strict, tests))
-    assert (got["examples_passed"], got["examples_total"]) == (2, 2)
-    assert (got["tests_passed"], got["tests_total"]) == (1, 1)  # the test of ",100" left out
-
-
-NUMERALS = "'X': 10, 'L': 50, 'C': 100, 'D': 500, 'M': 1000}"
-UPPER_ROMAN = (  # upper-cases its input: only a character no numeral holds raises KeyError
-    ROMAN.replace("    if not s:", "    s = s.upper()\n    if not s:").replace("'X': 10}", NUMERALS)
-)
-UPPER_ROMAN_CHECKED = UPPER_ROMAN.replace(
-    "    m = {", "    if set(s) - set('IVXLCDM'):\n        raise ValueError(s)\n    m = {"
-)
-
-
-def test_code_improve_flags_a_lookup_of_a_character_foreign_to_every_test() -> None:
-    """Code that upper-cases its input before a dict lookup gets every small change of its
-    tests' numerals right (`ix`, `IXX`, `XI`); only a character none of them holds (`IX#`,
-    `IXZ`) shows that it raises KeyError where the request names ValueError."""
-    tests = "assert roman_to_int('IX') == 9\nassert roman_to_int('MCMXCIV') == 1994"
-    asked = answers.terms({"task": ROMAN_TASK})
-    near = calls_near(UPPER_ROMAN, tests)
-    assert not any(answers.stray_effect(call, result, asked) for call, result in near)
-    found = code_improve_hooks.check({"task": ROMAN_TASK}, join(UPPER_ROMAN, tests))
-    assert len(found) == 1
-    assert found[0].startswith("`roman_to_int('IX#')` raises KeyError: '#' (raised in ")
-    assert "; `roman_to_int('IXZ')` raises KeyError (and" in found[0]
-    assert "(and 2 more such calls)" in found[0]  # MCMXCIV# and MCMXCIVZ
-    assert code_improve_hooks.check({"task": ROMAN_TASK}, join(UPPER_ROMAN_CHECKED, tests)) == []
-
-
-def calls_near(code: str, tests: str) -> list[tuple[str, str]]:
-    """The small changes of its tests' calls (no foreign character), each with what
-    ``code`` gives on it."""
-    from pipeline.sandbox import run_calls
-
-    calls = answers.probe_calls([code], split_tests(tests))
-    results = run_calls(code, calls)
-    assert results is not None
-    return list(zip(calls, results, strict=True))
-
-
-def test_code_improve_runs_a_try_of_an_error_the_request_names_as_a_test_of_the_raise() -> None:
-    """`try: roman_to_int('Z')` / `except ValueError: pass` passes whatever the call does;
-    where the request names ValueError it fails code that returns instead of raising; where
-    the request names no error it is no test of what it asks and is left out."""
-    lenient = (
-        "def roman_to_int(s):\n    m = {'I': 1, 'V': 5}\n    return sum(m.get(c, 0) for c in s)"
-    )
-    tests = (
-        "assert roman_to_int('VI') == 6\ntry:\n    roman_to_int('Z')\nexcept ValueError:\n    pass"
-    )
-    got = code_improve_hooks.evaluate({"task": ROMAN_TASK}, join(lenient, tests))
-    assert (got["tests_passed"], got["tests_total"]) == (1, 2)
-    found = code_improve_hooks.check({"task": ROMAN_TASK}, join(lenient, tests))
-    assert "roman_to_int('Z') did not raise ValueError" in found[0]
-    got = code_improve_hooks.evaluate({"task": "Convert a numeral."}, join(lenient, tests))
-    assert (got["tests_passed"], got["tests_total"]) == (1, 1)
-
-
-def test_code_improve_runs_an_assert_equal_to_a_named_error_as_a_raise_check() -> None:
-    """`assert roman_to_int('Z') == ValueError` fails whatever the code does; where the
-    request names ValueError it runs as the check of the raise it meant: code that raises
-    passes it, code that returns is told it did not raise, and how to write the test."""
-    tests = "assert roman_to_int('VI') == 6\nassert roman_to_int('Z') == ValueError"
-    got = code_improve_hooks.evaluate({"task": ROMAN_TASK}, join(ROMAN_CHECKED, tests))
-    assert (got["tests_passed"], got["tests_total"]) == (2, 2)
-    found = code_improve_hooks.check({"task": ROMAN_TASK}, join(ROMAN, tests))
-    assert found[0].startswith("Failing test `assert roman_to_int('Z') == ValueError`, run as")
-    assert "it did not" in found[0] and "`except ValueError:`" in found[0]
-    got = code_improve_hooks.evaluate({"task": "Convert a numeral."}, join(ROMAN_CHECKED, tests))
-    assert (got["tests_passed"], got["tests_total"]) == (1, 2)  # as written: it cannot pass
-
-
-def test_code_improve_flags_a_result_that_changes_the_callers_value() -> None:
-    """Code that sorts the list it was given while returning its median gets a finding
-    (the call, and to work on a copy); a request asking for work in place gets none."""
-    sorts = "def median(v):\n    v.sort()\n    return v[len(v) // 2]"
-    tests = "assert median([3, 1, 2]) == 2"
-    found = code_improve_hooks.check({"task": "Return the median."}, join(sorts, tests))
-    assert len(found) == 1 and found[0].startswith("`median([3, 1, 2])` changes argument 1")
-    assert "work on a copy" in found[0]
-    assert (
-        "It is changed in place at line 2, `v.sort()`. Write line 2 as `v = sorted(v)`: a "
-        "sorted copy, which leaves the caller's `v` as it is." in found[0]
-    )
-    assert (
-        code_improve_hooks.check({"task": "Sort in place; return the median."}, join(sorts, tests))
-        == []
-    )
-    copies = "def median(v):\n    return sorted(v)[len(v) // 2]"
-    assert code_improve_hooks.check({"task": "Return the median."}, join(copies, tests)) == []
-
-
-def _written_as(code: str, number: int, statement: str) -> str:
-    """``code`` with line ``number`` replaced by ``statement``, at that line's indentation."""
-    lines = code.splitlines()
-    indent = lines[number - 1][: len(lines[number - 1]) - len(lines[number - 1].lstrip())]
-    lines[number - 1] = indent + statement
-    return "\n".join(lines)
-
-
-def test_code_improve_says_how_to_sort_a_copy_by_the_line_that_sorts() -> None:
-    """The finding on a parameter sorted in place gives that line written with `sorted`,
-    its arguments kept; written so, the code no longer changes the caller's list. A sort
-    of an item (`v[0].sort()`) keeps the general sentence."""
-    code = (
-        "def merge(spans):\n    spans.sort(key=lambda s: s[0], reverse=True)\n"
-        "    return [s[0] for s in spans]"
-    )
-    tests = "assert merge([(1, 2), (3, 4)]) == [3, 1]"
-    task = {"task": "Return the starts, latest first."}
-    (found,) = code_improve_hooks.check(task, join(code, tests))
-    assert "Write line 2 as `spans = sorted(spans, key=lambda s: s[0], reverse=True)`" in found
-    assert (
-        code_improve_hooks.check(
-            task,
-            join(
-                _written_as(code, 2, "spans = sorted(spans, key=lambda s: s[0], reverse=True)"),
-                tests,
-            ),
-        )
-        == []
-    )
-    item = "def first(v):\n    v[0].sort()\n    return v[0][0]"
-    (found,) = code_improve_hooks.check(
-        {"task": "Return the least of the first row."}, join(item, "assert first([[2, 1]]) == 1")
-    )
-    assert "`sorted(v)` gives a sorted copy" in found and "Write line" not in found
-
-
-@pytest.mark.parametrize(
-    ("line", "given", "result"),
-    [
-        (
-            "merged[-1][1] = max(merged[-1][1], end)",
-            "merged[-1] = (*merged[-1][:1], max(merged[-1][1], end), *merged[-1][2:])",
-            "(1, 6)",
-        ),
-        (
-            "merged[-1][0] = min(merged[-1][0], start)",
-            "merged[-1] = (min(merged[-1][0], start), *merged[-1][1:])",
-            "(0, 3)",
-        ),
-        (
-            "merged[-1][-1] += end - merged[-1][-1]",
-            "merged[-1] = (*merged[-1][:-1], merged[-1][-1] + (end - merged[-1][-1]))",
-            "(1, 6)",
-        ),
-    ],
-)
-def test_code_improve_says_how_to_replace_an_item_of_a_tuple(
-    line: str, given: str, result: str
-) -> None:
-    """A test failing because the code assigns an item of a tuple gets one finding, after
-    the failing tests, with the statement that puts a new tuple in its place (a literal
-    index from the start or the end, an augmented assignment); the code with that line
-    written so passes the tests it failed."""
-    code = (
-        "def widen(spans):\n    merged = [spans[0]]\n    for start, end in spans[1:]:\n"
-        f"        {line}\n    return merged"
-    )
-    tests = f"assert widen([(1, 3), (0, 6)]) == [{result}]"
-    found = code_improve_hooks.check({"task": "Widen the first span."}, join(code, tests))
-    assert found[0].startswith("Failing test") and "does not support item assignment" in found[0]
-    (hint,) = [f for f in found if f.startswith("`merged[-1]` is a tuple")]
-    assert hint.endswith(f"Put a new tuple in its place: `{given}`.")
-    assert f"line 4, `{line}`, fails so" in hint
-    fixed = join(_written_as(code, 4, given), tests)
-    assert code_improve_hooks.evaluate({"task": "Widen."}, fixed)["tests_failed"] == []
-
-
-def test_code_improve_says_how_to_replace_a_character_of_a_string() -> None:
-    """A string's character assigned at an index named by a variable: the finding gives
-    the string rebuilt from slices, and the code written so passes its test; a failing
-    test of another kind gets no such finding."""
-    code = "def cap(s, i):\n    s[i] = s[i].upper()\n    return s"
-    tests = "assert cap('abc', 1) == 'aBc'"
-    found = code_improve_hooks.check({"task": "Capitalize one letter."}, join(code, tests))
-    (hint,) = [f for f in found if f.startswith("`s` is a string")]
-    assert hint.endswith("Put a new string in its place: `s = s[:i] + s[i].upper() + s[i + 1:]`.")
-    assert (
-        code_improve_hooks.check(
-            {"task": "Capitalize one letter."},
-            join(_written_as(code, 2, "s = s[:i] + s[i].upper() + s[i + 1:]"), tests),
-        )
-        == []
-    )
-    wrong = "def cap(s, i):\n    return s"
-    found = code_improve_hooks.check({"task": "Capitalize one letter."}, join(wrong, tests))
-    assert not any("cannot be changed in place" in f for f in found)
-
-
-def test_code_improve_names_the_lines_that_change_an_argument() -> None:
-    """The finding names each statement that changes the argument the call changed, two at
-    most, and offers `sorted` only where one sorts; a change made through another name
-    (`row.reverse()` on each row, `w.sort()` with `w = v`) is not found, and where none
-    is, the finding names the call alone."""
-    rotates = (
-        "def rotate(m):\n    n = len(m)\n    for i in range(n):\n        for j in range(i, n):\n"
-        "            m[i][j], m[j][i] = m[j][i], m[i][j]\n    for row in m:\n"
-        "        row.reverse()\n    m.reverse()\n    m.reverse()\n    return m"
-    )
-    found = code_improve_hooks.check(
-        {"task": "Return the matrix rotated."}, join(rotates, "assert rotate([[1, 2], [3, 4]])")
-    )
-    assert len(found) == 1
-    assert "changed in place at line 5, `m[i][j], m[j][i] = m[j][i], m[i][j]`; line 8, " in found[0]
-    assert "(and 1 more)" in found[0] and "sorted" not in found[0]
-    # not a sort: how to copy the argument first, by the parameter's and function's names
-    assert found[0].endswith(
-        "Copy it before changing it: make `m = copy.deepcopy(m)` the first line of `rotate` "
-        "(with `import copy` above it). Leave the arguments as they are (work on a copy)."
-    )
-    aliased = "def median(v):\n    w = v\n    w.sort()\n    return w[len(w) // 2]"
-    found = code_improve_hooks.check(
-        {"task": "Return the median."}, join(aliased, "assert median([3, 1, 2]) == 2")
-    )
-    assert len(found) == 1 and "changes argument 1" in found[0]
-    assert "in place at" not in found[0]
+def test_code_improve_offers_the_pooled_rule_off_by_default() -> None:
+    """The pooled-tests selection rule lives with the code kit and is opt-in."""
+    job = load_job("code-improve")
+    assert job.select == "default" and set(job.kind.selections) == {"pooled"}
 
 
 # -- every job: the artifact alone --------------------------------------------------------------
@@ -1265,146 +913,3 @@ def test_refine_prompts_ask_for_the_artifact_only(name: str) -> None:
     prompt = load_job(name).refine_prompt.lower()
     assert "sentences on what changed" not in prompt
     assert "only" in prompt or "nothing else" in prompt
-
-
-IPV4_TASK = (
-    "Write a Python function is_valid_ipv4(s: str) -> bool that checks whether a string is "
-    "a dotted-decimal IPv4 address: four parts separated by dots, each of digits only, "
-    'between 0 and 255, without leading zeros ("0" itself is fine, "01" is not).'
-)
-IPV4_LOOSE = (  # accepts leading zeros; every test it wrote passes
-    "def is_valid_ipv4(s):\n"
-    "    parts = s.split('.')\n"
-    "    return len(parts) == 4 and all(p.isdigit() and int(p) <= 255 for p in parts)"
-)
-IPV4_TESTS = "assert is_valid_ipv4('0.0.0.0') is True\nassert is_valid_ipv4('1.2.3') is False"
-
-
-def test_code_improve_asks_for_a_test_of_a_value_the_request_quotes() -> None:
-    """Code that passes all its tests, none of which uses the "01" the request quotes,
-    gets a finding quoting the request's words; a test using it ends the finding."""
-    found = code_improve_hooks.check({"task": IPV4_TASK}, join(IPV4_LOOSE, IPV4_TESTS))
-    assert found == [
-        'No test uses "01", which the request quotes: `...only, between 0 and 255, without '
-        'leading zeros ("0" itself is fine, "01" is not)`. Add a test of what the request '
-        "says for it, worked out by hand, and make the code do that."
-    ]
-    covered = IPV4_TESTS + "\nassert is_valid_ipv4('01.2.3.4') is False"
-    strict = IPV4_LOOSE.replace("p.isdigit()", "p.isdigit() and str(int(p)) == p")
-    assert code_improve_hooks.check({"task": IPV4_TASK}, join(strict, covered)) == []
-    # The failing test is the finding then: the quoted value is used.
-    failing = code_improve_hooks.check({"task": IPV4_TASK}, join(IPV4_LOOSE, covered))
-    assert failing and not any("quotes" in f for f in failing)
-
-
-def test_code_improve_rewrites_code_with_any_finding_but_an_untested_quoted_value() -> None:
-    """Only findings that a quoted value no test uses call for an edit, not a fresh start."""
-    quoted = code_improve_hooks.check({"task": IPV4_TASK}, join(IPV4_LOOSE, IPV4_TESTS))
-    assert len(quoted) == 1 and not code_improve_hooks.rewrite(quoted)
-    failing = code_improve_hooks.check(
-        {"task": IPV4_TASK},
-        join(IPV4_LOOSE, IPV4_TESTS + "\nassert is_valid_ipv4('01.2.3.4') is False"),
-    )
-    assert failing and code_improve_hooks.rewrite(failing)
-    assert code_improve_hooks.rewrite([*quoted, *failing])
-    rewriter = load_job("code-improve").rewriter  # the job file names the hooks
-    assert rewriter is not None and not rewriter(quoted) and rewriter(failing)
-
-
-NO_IMPORT_MEDIAN = (  # right for an odd count; an even one reaches a module never imported
-    "def median(values: list[float]) -> float:\n    s = sorted(values)\n    n = len(s)\n"
-    "    if n % 2:\n        return s[n // 2]\n"
-    "    return statistics.mean(s[n // 2 - 1 : n // 2 + 1])"
-)
-
-
-@pytest.mark.parametrize("errors", ["", " It must raise ValueError for an empty list."])
-def test_code_improve_flags_a_name_the_code_never_bound_on_a_call_near_its_tests(
-    errors: str,
-) -> None:
-    """The code's one test (an odd count) passes; a call near it with an even count raises
-    NameError, a module never imported. That is a finding whether or not the request names
-    an error to raise, and it says what a NameError means, not which error to raise."""
-    task = "Write a Python function median(values: list[float]) -> float." + errors
-    found = code_improve_hooks.check(
-        {"task": task}, join(NO_IMPORT_MEDIAN, "assert median([3, 1, 2]) == 2")
-    )
-    (finding,) = found
-    assert "raises NameError: name 'statistics' is not defined" in finding
-    assert finding.endswith(
-        ": the code uses a name it never defines (a helper called under another name than "
-        "its own, a module not imported). Define it, or call the one meant."
-    )
-    fixed = NO_IMPORT_MEDIAN.replace("def median", "import statistics\n\n\ndef median")
-    again = code_improve_hooks.check({"task": task}, join(fixed, "assert median([3, 1, 2]) == 2"))
-    assert not any("NameError" in f for f in again)
-
-
-ROTATE = (
-    "def rotate_clockwise(matrix: list[list[int]]) -> list[list[int]]:\n"
-    "    return [list(row) for row in zip(*matrix[::-1])]"
-)
-ROTATE_TESTS = (  # a test function's own variable, as a parametrized test's would be
-    "assert rotate_clockwise([[1, 2, 3]]) == [[1], [2], [3]]\n\n\n"
-    "def test_square():\n    matrix = [[1, 2], [3, 4]]\n"
-    "    assert rotate_clockwise(matrix) == [[3, 1], [4, 2]]\n\n\ntest_square()"
-)
-
-
-def test_code_improve_finds_nothing_in_right_code_whose_test_calls_it_on_its_own_variable() -> None:
-    """`rotate_clockwise(matrix)` inside a test reads the test's variable: run alone, as a
-    call near the tests, it would raise NameError whatever the code does, which is no
-    name the code failed to define."""
-    task = (
-        "Write a Python function rotate_clockwise(matrix: list[list[int]]) -> "
-        "list[list[int]] that rotates a matrix 90 degrees clockwise."
-    )
-    assert code_improve_hooks.check({"task": task}, join(ROTATE, ROTATE_TESTS)) == []
-
-
-ROTATE_TASK = (
-    "Write a Python function rotate_clockwise(matrix: list[list[int]]) -> "
-    "list[list[int]] that rotates a matrix 90 degrees clockwise."
-)
-WITHOUT_PYTEST = (
-    " The tests run without pytest: write each as a plain `assert` statement at the top "
-    "level (no `import pytest`, no `@pytest` decorators)."
-)
-ROTATE_TEST = "assert rotate_clockwise([[1, 2, 3]]) == [[1], [2], [3]]"
-PARAMETRIZED = (
-    "@pytest.mark.parametrize('m, e', [([[1]], [[1]])])\n"
-    "def test_rotate(m, e):\n    assert rotate_clockwise(m) == e"
-)
-
-
-@pytest.mark.parametrize(
-    ("code", "tests", "finding"),
-    [
-        (
-            ROTATE,
-            ROTATE_TEST + "\n" + PARAMETRIZED,
-            "Failing test `@pytest.mark.parametrize('m, e', [([[1]], [[1]])])`: NameError: "
-            "name 'pytest' is not defined." + WITHOUT_PYTEST,
-        ),
-        (
-            "import pytest\n\n" + ROTATE,
-            ROTATE_TEST,
-            "The code fails before any test runs: ModuleNotFoundError: No module named "
-            "'pytest' (line 1)." + WITHOUT_PYTEST,
-        ),
-        (
-            "import numpy as np\n\n" + ROTATE,
-            ROTATE_TEST,
-            "The code fails before any test runs: ModuleNotFoundError: No module named "
-            "'numpy' (line 1). Only Python's standard library is there: write the code "
-            "without `numpy`.",
-        ),
-    ],
-)
-def test_code_improve_says_what_to_write_where_a_module_is_not_there(
-    code: str, tests: str, finding: str
-) -> None:
-    """The tests run with the standard library only: pytest used in the tests or imported,
-    or a third-party module imported by the code, is a finding that says what to write
-    instead, and right code failing only such tests is not told to fix the code."""
-    assert code_improve_hooks.check({"task": ROTATE_TASK}, join(code, tests)) == [finding]

@@ -1,4 +1,4 @@
-"""The Self-Refine loop: stop rules, choice, prompts with history, and refine_record with fakes."""
+"""The Self-Refine loop: stop rules, the default choice, and refine_record with fakes."""
 
 from __future__ import annotations
 
@@ -9,29 +9,28 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.calls import Completion, Outcome, Step
-from pipeline.errors import AuthError, CallError, FatalCallError
-from pipeline.jobs import InputField, Job, load_job
-from pipeline.loop import (
+from pipeline.core.choice import choose
+from pipeline.core.kinds import Code
+from pipeline.core.loader import load_job
+from pipeline.core.loop import (
     CUT_OFF,
     RETRY_FREQUENCY_PENALTY,
     Call,
+    Next,
     Policy,
     Stop,
-    build_messages,
-    choose,
+    Why,
     next_call,
     plan,
     refine_record,
-    render_history,
 )
-from pipeline.records import Record
+from pipeline.core.records import Record
+from pipeline.core.steps import Completion, Kind, Outcome, Step
+from pipeline.errors import AuthError, CallError, FatalCallError
 from tests.fakes import RecordingSink, ScriptedClient
 
-# code-improve without its hooks and tests: scores its feedback; score_threshold 10
-SCORED = dataclasses.replace(
-    load_job("code-improve"), checker=None, evaluator=None, extract="code", retry_copy=False
-)
+# code-improve without its hooks: plain code answers; scores its feedback; threshold 10
+SCORED = dataclasses.replace(load_job("code-improve"), checker=None, evaluator=None, kind=Code())
 UNSCORED = dataclasses.replace(SCORED, score_field=None, score_threshold=None)
 THRESHOLD_8 = dataclasses.replace(SCORED, score_threshold=8.0)
 RECORD = Record("r1", 7, {"id": "r1", "task": "sum the even numbers of a list"})
@@ -41,15 +40,15 @@ USAGE = {"prompt_tokens": 10, "completion_tokens": 5}
 # -- step builders ---------------------------------------------------------------------------
 
 
-def gen(output: str = "v0") -> Step:
+def gen(output: str = "v0", checks: list[str] | None = None) -> Step:
     """A completed generate step whose answer is ``output``."""
-    return Step("generate", 0, [], output, None, USAGE, 0.1, 1, output=output)
+    return Step("generate", 0, [], output, None, USAGE, 0.1, 1, output=output, checks=checks)
 
 
-def ref(iteration: int, output: str | None = None) -> Step:
+def ref(iteration: int, output: str | None = None, checks: list[str] | None = None) -> Step:
     """A completed refine step at ``iteration``."""
     out = output if output is not None else f"v{iteration}"
-    return Step("refine", iteration, [], out, None, USAGE, 0.1, 1, output=out)
+    return Step("refine", iteration, [], out, None, USAGE, 0.1, 1, output=out, checks=checks)
 
 
 def fb(
@@ -67,264 +66,140 @@ def fb(
     return Step("feedback", iteration, [], raw, obj if parsed else None, USAGE, 0.1, 1, error=error)
 
 
+def nxt(role: str, t: int, kind: Kind | None = None) -> Next:
+    default = Kind.FEEDBACK if role == "feedback" else Kind.ANSWER
+    return Next(role, kind or default, t)  # type: ignore[arg-type]
+
+
 # -- plan ------------------------------------------------------------------------------------
 
 PLAN_CASES = [
-    pytest.param([], SCORED, 3, ("generate", 0), id="start-generates"),
-    pytest.param([gen()], SCORED, 3, ("feedback", 0), id="generate-then-feedback"),
-    pytest.param([gen()], UNSCORED, 3, ("feedback", 0), id="unscored-generate-then-feedback"),
-    pytest.param([gen(), fb(0, done=True)], SCORED, 3, Stop("done"), id="done"),
+    pytest.param([], SCORED, 3, nxt("generate", 0), id="start-generates"),
+    pytest.param([gen()], SCORED, 3, nxt("feedback", 0), id="generate-then-feedback"),
+    pytest.param([gen()], UNSCORED, 3, nxt("feedback", 0), id="unscored-generate-then-feedback"),
+    pytest.param([gen(), fb(0, done=True)], SCORED, 3, Stop(Why.DONE), id="done"),
     pytest.param(
-        [gen(), fb(0, done=True, score=2)], SCORED, 3, Stop("done"), id="done-beats-low-score"
+        [gen(), fb(0, done=True, score=2)], SCORED, 3, Stop(Why.DONE), id="done-beats-low-score"
+    ),
+    pytest.param([gen(), fb(0, score=10)], SCORED, 3, Stop(Why.SCORE), id="score-at-threshold"),
+    pytest.param([gen(), fb(0, score=8)], THRESHOLD_8, 3, Stop(Why.SCORE), id="score-equal-8"),
+    pytest.param([gen(), fb(0, score=9.5)], SCORED, 3, nxt("refine", 1), id="score-below"),
+    pytest.param([gen(), fb(0, score=10)], UNSCORED, 3, nxt("refine", 1), id="unscored-no-score"),
+    pytest.param(
+        [gen(), fb(0, parsed=False)], SCORED, 3, nxt("refine", 1), id="unparsed-feedback-refines"
     ),
     pytest.param(
-        [gen(), fb(0, done=True, score=10)], SCORED, 3, Stop("done"), id="done-before-threshold"
+        [gen(checks=["a test fails"]), fb(0, done=True)],
+        SCORED,
+        3,
+        nxt("refine", 1),
+        id="checks-veto-done",
     ),
+    pytest.param([gen(), fb(0), ref(1)], SCORED, 3, nxt("feedback", 1), id="refine-then-feedback"),
     pytest.param(
-        [gen(), fb(0, score=10)], SCORED, 3, Stop("score_threshold"), id="score-at-threshold"
-    ),
-    pytest.param(
-        [gen(), fb(0, score=8)], THRESHOLD_8, 3, Stop("score_threshold"), id="score-equal-8"
-    ),
-    pytest.param([gen(), fb(0, score=9.5)], SCORED, 3, ("refine", 1), id="score-below-threshold"),
-    pytest.param([gen(), fb(0, score=10)], UNSCORED, 3, ("refine", 1), id="unscored-ignores-score"),
-    pytest.param(
-        [gen(), fb(0, parsed=False)], SCORED, 3, ("refine", 1), id="unparsed-feedback-refines"
-    ),
-    pytest.param([gen(), fb(0), ref(1)], SCORED, 3, ("feedback", 1), id="refine-then-feedback"),
-    pytest.param(
-        [gen(), fb(0), ref(1), fb(1), ref(2), fb(2)], SCORED, 3, ("refine", 3), id="third-refine"
+        [gen(), fb(0), ref(1), fb(1), ref(2), fb(2)], SCORED, 3, nxt("refine", 3), id="third"
     ),
     pytest.param(
         [gen("def f():\n    return 1"), fb(0), ref(1, "def f():\n  return   1\n")],
         SCORED,
         3,
-        Stop("no_change"),
+        Stop(Why.NO_CHANGE),
         id="no-change-modulo-whitespace",
-    ),
-    pytest.param(
-        [gen("return 1"), fb(0), ref(1, "return 2")],
-        SCORED,
-        3,
-        ("feedback", 1),
-        id="small-change-is-a-change",
     ),
     pytest.param(
         [gen(), fb(0), ref(1, "v1"), fb(1), ref(2, "v1")],
         UNSCORED,
         5,
-        Stop("no_change"),
+        Stop(Why.NO_CHANGE),
         id="no-change-later-unscored",
     ),
     # max_iters: the last answer gets a feedback only when the job scores
-    pytest.param([gen(), fb(0), ref(1)], SCORED, 1, ("feedback", 1), id="scored-last-feedback"),
-    pytest.param([gen(), fb(0), ref(1)], UNSCORED, 1, Stop("max_iters"), id="unscored-last"),
+    pytest.param([gen(), fb(0), ref(1)], SCORED, 1, nxt("feedback", 1), id="scored-last-feedback"),
+    pytest.param([gen(), fb(0), ref(1)], UNSCORED, 1, Stop(Why.MAX_ITERS), id="unscored-last"),
     pytest.param(
-        [gen(), fb(0), ref(1), fb(1, score=3)], SCORED, 1, Stop("max_iters"), id="scored-max"
+        [gen(), fb(0), ref(1), fb(1, score=10)], SCORED, 1, Stop(Why.SCORE), id="threshold-at-max"
     ),
     pytest.param(
-        [gen(), fb(0), ref(1), fb(1, score=10)],
-        SCORED,
-        1,
-        Stop("score_threshold"),
-        id="threshold-before-max-iters",
-    ),
-    pytest.param(
-        [gen(), fb(0), ref(1), fb(1, done=True)], SCORED, 1, Stop("done"), id="done-at-max"
-    ),
-    # DESIGN's order: max_iters before no_change, for the last refinement made
-    pytest.param(
-        [gen(), fb(0), ref(1, "v0")], SCORED, 1, Stop("max_iters"), id="copy-at-max-is-max-iters"
-    ),
-    pytest.param(
-        [gen(), fb(0), ref(1, "v1"), fb(1), ref(2, "v1")],
-        UNSCORED,
-        2,
-        Stop("max_iters"),
-        id="unscored-copy-at-max-is-max-iters",
+        [gen(), fb(0), ref(1, "v0")], SCORED, 1, Stop(Why.MAX_ITERS), id="copy-at-max-is-max"
     ),
     # --max-iters 0: initial generation only, no feedback even for a scored job
-    pytest.param([gen()], SCORED, 0, Stop("max_iters"), id="max-iters-0-scored"),
-    pytest.param([gen()], UNSCORED, 0, Stop("max_iters"), id="max-iters-0-unscored"),
+    pytest.param([gen()], SCORED, 0, Stop(Why.MAX_ITERS), id="max-iters-0-scored"),
 ]
 
 
 @pytest.mark.parametrize(("steps", "job", "max_iters", "expected"), PLAN_CASES)
-def test_plan(steps: list[Step], job: Job, max_iters: int, expected: object) -> None:
+def test_plan(steps: list[Step], job: Any, max_iters: int, expected: object) -> None:
     """plan names the next call, or the first stop rule that holds."""
-    assert plan(steps, job, max_iters) == expected
+    assert plan(steps, job, Policy(max_iters)) == expected
 
 
-# -- choose ----------------------------------------------------------------------------------
+def test_min_iters_defers_the_critics_verdict() -> None:
+    """With min_iters=1 the critic's done (or a top score) on the first draft does not stop,
+    and a copy of an answer the critic called done stops as done."""
+    steps = [gen("draft"), fb(0, done=True, score=10)]
+    assert plan(steps, SCORED, Policy(2)) == Stop(Why.DONE)
+    assert plan(steps, SCORED, Policy(2, min_iters=1)) == nxt("refine", 1)
+    assert plan([*steps, ref(1, "draft")], SCORED, Policy(3, 1)) == Stop(Why.DONE)
+    assert plan([gen("draft"), fb(0), ref(1, "draft")], SCORED, Policy(3, 1)) == Stop(Why.NO_CHANGE)
+
+
+# -- the default choice ----------------------------------------------------------------------
 
 CHOOSE_CASES = [
-    pytest.param([], SCORED, (None, None, []), id="nothing"),
-    pytest.param([gen()], SCORED, (0, None, [None]), id="generate-only"),
+    pytest.param([], SCORED, (None, None, ()), id="nothing"),
+    pytest.param([gen()], SCORED, (0, None, (None,)), id="generate-only"),
     pytest.param(
         [gen(), fb(0, score=5), ref(1), fb(1, score=8), ref(2), fb(2, score=7)],
         SCORED,
-        (1, 8.0, [5.0, 8.0, 7.0]),
+        (1, 8.0, (5.0, 8.0, 7.0)),
         id="best-score-wins",
     ),
     pytest.param(
         [gen(), fb(0, score=8), ref(1), fb(1, score=8)],
         SCORED,
-        (1, 8.0, [8.0, 8.0]),
+        (1, 8.0, (8.0, 8.0)),
         id="tie-goes-to-later",
-    ),
-    pytest.param(
-        [gen(), fb(0, score=0), ref(1), fb(1, score=0)],
-        SCORED,
-        (1, 0.0, [0.0, 0.0]),
-        id="zero-scores-tie-later",
-    ),
-    pytest.param(
-        [gen(), fb(0, score=0), ref(1), fb(1, score=-1)],
-        SCORED,
-        (0, 0.0, [0.0, -1.0]),
-        id="zero-beats-negative",
-    ),
-    pytest.param(
-        [gen(), fb(0, score=6), ref(1, "v0")],
-        SCORED,
-        (0, 6.0, [6.0, None]),
-        id="unscored-last-answer-loses",
-    ),
-    pytest.param(
-        [gen(), fb(0, parsed=False), ref(1), fb(1, score=2)],
-        SCORED,
-        (1, 2.0, [None, 2.0]),
-        id="unparsed-feedback-has-no-score",
     ),
     pytest.param(
         [gen(), fb(0, score=9), ref(1), fb(1, score=3)],
         UNSCORED,
-        (1, None, [None, None]),
+        (1, None, (None, None)),
         id="unscored-job-takes-last",
     ),
     pytest.param(
-        [gen(), fb(0), ref(1), fb(1), ref(2)],
+        [gen(checks=[]), fb(0, score=4), ref(1, checks=["x"]), fb(1, score=9)],
         SCORED,
-        (2, None, [None, None, None]),
-        id="no-scores-takes-last",
+        (0, 4.0, (4.0, 9.0)),
+        id="only-passing-answers-compete",
+    ),
+    pytest.param(
+        [gen(checks=["a"]), fb(0), ref(1, checks=[]), fb(1), ref(2, checks=["b"])],
+        UNSCORED,
+        (1, None, (None, None, None)),
+        id="latest-passing-unscored",
+    ),
+    pytest.param(
+        [gen(checks=["a"]), fb(0), ref(1, checks=["a", "b"]), fb(1), ref(2, checks=["a", "c"])],
+        UNSCORED,
+        (0, None, (None, None, None)),
+        id="none-passing-never-below-the-first",
+    ),
+    pytest.param(
+        [gen(checks=["a", "b"]), fb(0), ref(1, checks=["c"]), fb(1), ref(2, checks=["d"])],
+        UNSCORED,
+        (2, None, (None, None, None)),
+        id="none-passing-latest-of-the-best-ranked",
     ),
 ]
 
 
 @pytest.mark.parametrize(("steps", "job", "expected"), CHOOSE_CASES)
-def test_choose(steps: list[Step], job: Job, expected: tuple[Any, ...]) -> None:
-    """The best-scored iteration is chosen (ties to the later); without scores, the last."""
-    chosen, score, scores = choose(steps, job)
-    assert (chosen, score, scores) == expected
-
-
-# -- prompts ---------------------------------------------------------------------------------
-
-
-def history_steps() -> list[Step]:
-    """Three answers and their feedback, each with distinct, findable text."""
-    steps: list[Step] = [gen("OUTPUT-0")]
-    for t in range(3):
-        steps.append(fb(t, score=t + 1, actions=[f"ACTION-{t}a", f"ACTION-{t}b"]))
-        if t < 2:
-            steps.append(ref(t + 1, f"OUTPUT-{t + 1}"))
-    return steps
-
-
-def user_prompt(messages: list[dict[str, str]]) -> str:
-    """The content of the last (user) message."""
-    assert messages[-1]["role"] == "user"
-    return messages[-1]["content"]
-
-
-def test_refine_prompt_carries_the_whole_history() -> None:
-    """A refine at iteration 3 shows every earlier answer and every earlier feedback's actions."""
-    messages = build_messages(SCORED, RECORD, "refine", 3, history_steps())
-    assert [m["role"] for m in messages] == ["system", "user"]
-    prompt = user_prompt(messages)
-    assert RECORD.fields["task"] in prompt
-    for t in range(3):
-        assert f"OUTPUT-{t}" in prompt
-        assert f"ACTION-{t}a" in prompt and f"ACTION-{t}b" in prompt
-    # oldest first, and the latest answer and feedback come after the history
-    positions = [prompt.index(f"OUTPUT-{t}") for t in range(3)]
-    assert positions == sorted(positions)
-    assert prompt.index("ACTION-1b") < prompt.index("ACTION-2a")
-    # the latest (answer, feedback) pair is shown once, as the latest, not also in the history
-    assert prompt.count("OUTPUT-2") == 1 and prompt.count("ACTION-2a") == 1
-    assert "{{" not in prompt
-
-
-def test_first_refine_has_no_earlier_attempts() -> None:
-    """A refine at iteration 1 gets the answer and its feedback; the history says there is none."""
-    steps = [gen("OUTPUT-0"), fb(0, actions=["ACTION-0"])]
-    prompt = user_prompt(build_messages(SCORED, RECORD, "refine", 1, steps))
-    assert "OUTPUT-0" in prompt and "ACTION-0" in prompt
-    assert "(no earlier attempts)" in prompt
-
-
-def test_render_history_covers_only_iterations_before_upto() -> None:
-    """render_history(upto) lists the (answer, feedback) pairs with iteration < upto, in order."""
-    text = render_history(SCORED, history_steps(), 2)
-    assert "OUTPUT-0" in text and "OUTPUT-1" in text and "OUTPUT-2" not in text
-    assert "ACTION-0a" in text and "ACTION-1b" in text and "ACTION-2a" not in text
-    assert text.index("OUTPUT-0") < text.index("ACTION-0a") < text.index("OUTPUT-1")
-
-
-def test_refine_prompt_uses_raw_text_of_unparsed_feedback() -> None:
-    """Feedback that could not be parsed reaches the refine prompt as the model wrote it."""
-    steps = [gen("OUTPUT-0"), fb(0, parsed=False)]
-    prompt = user_prompt(build_messages(SCORED, RECORD, "refine", 1, steps))
-    assert "just prose, no JSON" in prompt
-
-
-def test_feedback_prompt_shows_only_the_answer_under_review() -> None:
-    """The feedback prompt for iteration t holds answer t and the task, not earlier answers."""
-    steps = history_steps()[:-1]  # up to refine 2, without its feedback
-    prompt = user_prompt(build_messages(SCORED, RECORD, "feedback", 2, steps))
-    assert "OUTPUT-2" in prompt and RECORD.fields["task"] in prompt
-    assert "OUTPUT-1" not in prompt and "ACTION-1a" not in prompt
-
-
-def test_feedback_prompt_shows_what_the_checks_found_in_that_answer() -> None:
-    """The critic reviews a run, not only a reading: the feedback prompt holds the check
-    findings of the answer under review (a failing test with the value the code gave),
-    not those of an earlier answer; an answer the checks passed shows none."""
-    failing = "Failing test `assert f(2) == 5`: AssertionError (f(2) is 4)."
-    earlier = "Failing test `assert f(0) == 1`: AssertionError (f(0) is 0)."
-    first = dataclasses.replace(gen("OUTPUT-0"), checks=[earlier])
-    second = dataclasses.replace(ref(1, "OUTPUT-1"), checks=[failing])
-    steps = [first, fb(0), second]
-    prompt = user_prompt(build_messages(SCORED, RECORD, "feedback", 1, steps))
-    assert f"- {failing}" in prompt and earlier not in prompt
-    assert prompt.index("OUTPUT-1") < prompt.index(failing)
-    clean = [first, fb(0), dataclasses.replace(second, checks=[])]
-    assert "found:\n\n(none)" in user_prompt(build_messages(SCORED, RECORD, "feedback", 1, clean))
-    unchecked = [first, fb(0), ref(1, "OUTPUT-1")]  # checks off: nothing ran
-    assert "(not checked)" in user_prompt(build_messages(SCORED, RECORD, "feedback", 1, unchecked))
-
-
-def test_generate_prompt_holds_the_record_fields() -> None:
-    """The generate prompt is the job's template filled with the record's fields."""
-    messages = build_messages(SCORED, RECORD, "generate", 0, [])
-    assert messages[0] == {"role": "system", "content": SCORED.system_prompt}
-    assert user_prompt(messages) == SCORED.generate_prompt.replace(
-        "{{task}}", RECORD.fields["task"]
-    )
-
-
-def test_null_optional_field_renders_like_an_absent_one() -> None:
-    """The reader treats a null optional field as absent; prompts must do the same."""
-    job = dataclasses.replace(
-        UNSCORED,
-        inputs=(InputField("task", "string"), InputField("hint", "string", required=False)),
-        generate_prompt="Do {{task}}. Hint: [{{hint}}]",
-        system_prompt=None,
-    )
-    absent = Record("a", 1, {"task": "t"})
-    null = Record("b", 2, {"task": "t", "hint": None})
-    assert user_prompt(build_messages(job, absent, "generate", 0, [])) == "Do t. Hint: []"
-    assert user_prompt(build_messages(job, null, "generate", 0, [])) == "Do t. Hint: []"
+def test_default_choice(steps: list[Step], job: Any, expected: tuple[Any, ...]) -> None:
+    """The best passing iteration by score (ties to the later), else the latest passing;
+    where none passes, the latest of those the checks rank best (never below the first)."""
+    choice = choose(job, steps)
+    chosen = None if choice.step is None else choice.step.iteration
+    assert (chosen, choice.score, choice.scores) == expected
 
 
 # -- refine_record with fakes ----------------------------------------------------------------
@@ -344,29 +219,36 @@ def feedback(score: int, *, done: bool = False, action: str = "do better") -> st
 
 SCRIPT = [
     code("v0"),
-    feedback(4),
+    feedback(4, action="ACTION-0"),
     code("v1"),
-    feedback(7),
+    feedback(7, action="ACTION-1"),
     code("v2"),
-    feedback(6),
+    feedback(6, action="ACTION-2"),
     code("v3"),
-    feedback(5),
+    feedback(5, action="ACTION-3"),
 ]
 
 
 async def run(
     script: Sequence[str | Completion | Exception],
     *,
-    job: Job = SCORED,
+    job: Any = SCORED,
     max_iters: int = 3,
     prior: Sequence[Step] = (),
+    policy: Policy | None = None,
 ) -> tuple[Outcome, ScriptedClient, RecordingSink]:
     """refine_record over a scripted client; the outcome and both fakes."""
     sink = RecordingSink()
     client = ScriptedClient(script, sink=sink)
-    outcome = await refine_record(RECORD, job, client, sink, Policy(max_iters), prior=prior)
+    outcome = await refine_record(
+        RECORD, job, client, sink, policy or Policy(max_iters), prior=prior
+    )
     assert client.script == [], "the loop stopped before using every scripted answer"
     return outcome, client, sink
+
+
+def text_of(messages: list[dict[str, str]]) -> str:
+    return "\n".join(m["content"] for m in messages)
 
 
 @pytest.mark.anyio
@@ -383,16 +265,99 @@ async def test_refine_record_runs_generate_feedback_refine() -> None:
         ("refine", 3),
         ("feedback", 3),
     ]
+    assert {s.kind for s in outcome.steps} == {Kind.ANSWER, Kind.FEEDBACK}
     assert (outcome.status, outcome.stop_reason, outcome.error) == ("done", "max_iters", None)
     assert (outcome.output, outcome.chosen_iteration, outcome.score) == ("v1", 1, 7.0)
     assert outcome.iterations == 3
     assert outcome.scores == (4.0, 7.0, 6.0, 5.0)
-    assert outcome.usage() == {"prompt_tokens": 800, "completion_tokens": 160, "calls": 8}
-    # only feedback calls ask for structured output
+    assert outcome.usage() == {
+        "prompt_tokens": 800,
+        "cached_tokens": 0,
+        "completion_tokens": 160,
+        "calls": 8,
+    }
     assert [s is not None for s in client.schemas] == [False, True] * 4
-    assert all(s is SCORED.feedback_schema for s in client.schemas[1::2])
-    # each step records the messages exactly as sent
     assert [s.messages for s in outcome.steps] == client.messages
+    assert client.cache_keys == [RECORD.id] * 8
+
+
+@pytest.mark.anyio
+async def test_every_refine_call_carries_input_answer_feedback_and_history() -> None:
+    """Self-Refine's invariant: each refine call holds the record's input, the latest answer,
+    the feedback on it and every earlier (answer, feedback) pair, oldest first."""
+    outcome, client, _ = await run(SCRIPT)
+    refines = [m for m, s in zip(client.messages, outcome.steps, strict=True) if s.role == "refine"]
+    assert len(refines) == 3
+    for t, messages in enumerate(refines, start=1):
+        text = text_of(messages)
+        assert RECORD.fields["task"] in text
+        marks = [f"v{i}" for i in range(t)] + [f"ACTION-{i}" for i in range(t)]
+        assert all(mark in text for mark in marks)
+        order = [text.index(f"```python\nv{i}\n```") for i in range(t)]
+        assert order == sorted(order)
+        assert text.index(f"ACTION-{t - 1}") > text.index(f"```python\nv{t - 1}\n```")
+        assert messages[-1]["role"] == "user" and messages[-1]["content"].strip().startswith(
+            "Improve the latest code"
+        )
+
+
+@pytest.mark.anyio
+async def test_each_call_extends_the_previous_calls_messages() -> None:
+    """A record's calls form one conversation: every call's messages start with the previous
+    call's, so a provider's prefix cache serves them; no two calls are identical."""
+    _, client, _ = await run(SCRIPT)
+    for before, after in zip(client.messages, client.messages[1:], strict=False):
+        assert after[: len(before)] == before and len(after) > len(before)
+    assert client.messages[0][0] == {"role": "system", "content": SCORED.system_prompt}
+    distinct = {orjson.dumps(m) for m in client.messages}
+    assert len(distinct) == len(client.messages)
+
+
+@pytest.mark.anyio
+async def test_the_checks_findings_reach_the_critic_and_the_refinement() -> None:
+    """What the checks found in an answer is in the feedback request on it, which the
+    refine call carries; the critic's verdict does not stop the loop while they find any."""
+    finding = "The test `assert f(2) == 5` fails: f(2) returned 4."
+
+    def check(fields: Mapping[str, Any], output: str) -> list[str]:
+        return [finding] if output == "v0" else []
+
+    job = dataclasses.replace(SCORED, checker=check)
+    script = [code("v0"), feedback(10, done=True), code("v1"), feedback(10, done=True)]
+    outcome, client, _ = await run(script, job=job)
+    assert finding in client.messages[1][-1]["content"]
+    assert finding in text_of(client.messages[2])
+    assert [s.checks for s in outcome.steps if s.role != "feedback"] == [[finding], []]
+    assert (outcome.stop_reason, outcome.output) == ("done", "v1")
+
+
+@pytest.mark.anyio
+async def test_labels_reach_neither_a_prompt_nor_a_check() -> None:
+    """A label field measures: the evaluator reads it, no message and no check sees it."""
+    from pipeline.core.jobs import InputField
+
+    seen: list[Mapping[str, Any]] = []
+
+    def check(fields: Mapping[str, Any], output: str) -> list[str]:
+        seen.append(dict(fields))
+        return []
+
+    def evaluate(fields: Mapping[str, Any], output: str) -> dict[str, Any]:
+        return {"correct": fields.get("answer") == output}
+
+    job = dataclasses.replace(
+        UNSCORED,
+        inputs=(*SCORED.inputs, InputField("answer", "string", False, use="label")),
+        checker=check,
+        evaluator=evaluate,
+    )
+    record = Record("r2", 1, {"task": "say v1", "answer": "SECRET-LABEL"})
+    sink = RecordingSink()
+    client = ScriptedClient([code("v0"), feedback(3), code("SECRET-LABEL")])
+    outcome = await refine_record(record, job, client, sink, Policy(1))
+    assert all("SECRET-LABEL" not in text_of(m) for m in client.messages[:2])
+    assert all("answer" not in fields for fields in seen) and len(seen) == 2
+    assert outcome.answers()[-1].metrics == {"correct": True}
 
 
 @pytest.mark.anyio
@@ -423,26 +388,20 @@ async def test_unscored_job_takes_the_last_answer_without_final_feedback() -> No
 
 
 @pytest.mark.anyio
-async def test_unparsable_feedback_is_a_step_error_and_the_loop_goes_on() -> None:
-    """Feedback without JSON is a feedback_parse step error; its raw text drives the refine."""
+async def test_unparsable_feedback_is_a_step_error_and_its_text_drives_the_refinement() -> None:
+    """Feedback without JSON is a feedback_parse step error; its raw text reaches the refine."""
     prose = "Rename acc to total and use sum() with a generator."
-    script = [code("v0"), prose, code("v1"), feedback(10)]
-    outcome, client, _ = await run(script)
+    outcome, client, _ = await run([code("v0"), prose, code("v1"), feedback(10)])
     step = outcome.steps[1]
     assert (step.role, step.parsed, step.response) == ("feedback", None, prose)
     assert step.error is not None and step.error["type"] == "feedback_parse"
-    assert prose in user_prompt(client.messages[2])
-    assert (outcome.status, outcome.stop_reason, outcome.output) == (
-        "done",
-        "score_threshold",
-        "v1",
-    )
-    assert outcome.error is None
+    assert prose in text_of(client.messages[2])
+    assert (outcome.stop_reason, outcome.output, outcome.error) == ("score_threshold", "v1", None)
 
 
 @pytest.mark.anyio
 async def test_call_error_fails_the_record() -> None:
-    """A CallError from the client ends the record as failed, with the error's type and message."""
+    """A CallError from the client ends the record as failed, the call last in its trace."""
     script: list[str | Exception] = [
         code("v0"),
         feedback(4),
@@ -450,18 +409,15 @@ async def test_call_error_fails_the_record() -> None:
     ]
     outcome, _, sink = await run(script)
     assert (outcome.status, outcome.stop_reason) == ("failed", "error")
-    assert outcome.error is not None
-    assert outcome.error["type"] == "timeout"
+    assert outcome.error is not None and outcome.error["type"] == "timeout"
     assert "read timed out after 60 s" in outcome.error["message"]
-    assert "refine" in outcome.error["message"]
-    # the failed call is the last step of the trace, with its error; it is not checkpointed
-    assert [s.role for s in outcome.steps] == ["generate", "feedback", "refine"]
     failed = outcome.steps[-1]
-    assert failed.failed and failed.response is None and failed.output is None
-    assert failed.error == {"type": "timeout", "message": "read timed out after 60 s"}
-    assert (failed.iteration, failed.model) == (1, "fake-model")
-    assert outcome.usage()["calls"] == 2
-    assert len(sink.saved) == 2
+    assert failed.failed and (failed.role, failed.iteration, failed.kind) == (
+        "refine",
+        1,
+        Kind.ANSWER,
+    )
+    assert outcome.usage()["calls"] == 2 and len(sink.saved) == 2
 
 
 @pytest.mark.anyio
@@ -492,99 +448,18 @@ async def test_every_step_is_saved_in_order_before_the_next_call() -> None:
 @pytest.mark.parametrize("done", range(1, 9))
 async def test_resume_from_prior_steps_repeats_no_call(done: int) -> None:
     """Resuming after k saved steps makes only the remaining calls and gives the same outcome."""
-    full, _, full_sink = await run(SCRIPT)
-    # the store replays what it saved, through its serialised shape
+    full, _, _ = await run(SCRIPT)
     prior = [Step.from_dict(orjson.loads(orjson.dumps(s.to_dict()))) for s in full.steps[:done]]
     resumed, client, sink = await run(SCRIPT[done:], prior=prior)
-    assert len(client.messages) == len(SCRIPT) - done
     assert client.messages == [s.messages for s in full.steps[done:]]
     assert [i for _, i, _ in sink.saved] == list(range(done, len(SCRIPT)))
     assert resumed == full
     assert resumed.output_line() == full.output_line()
     assert resumed.trace_line() == full.trace_line()
-    assert len(full_sink.saved) == len(SCRIPT)
-
-
-@pytest.mark.anyio
-async def test_resume_of_a_finished_record_makes_no_call() -> None:
-    """A record whose saved steps already meet a stop rule finishes without any call."""
-    full, _, _ = await run([code("v0"), feedback(3, done=True)])
-    resumed, client, sink = await run([], prior=full.steps)
-    assert client.messages == [] and sink.saved == []
-    assert resumed == full
-
-
-@pytest.mark.anyio
-async def test_answer_cut_off_is_asked_once_more_with_a_penalty() -> None:
-    """An answer cut off inside its code is asked again, the same messages with a frequency
-    penalty; the retry is the iteration's answer and the cut-off attempt stays in the trace."""
-    text = "Here you go:\n```python\nv0"  # the block never closed
-    cut = Completion(text, 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
-    outcome, client, _ = await run([cut, code("v0b"), feedback(3, done=True)])
-    assert [(s.role, s.iteration) for s in outcome.steps] == [
-        ("generate", 0),
-        ("generate", 0),
-        ("feedback", 0),
-    ]
-    assert outcome.steps[0].error is not None and outcome.steps[0].error["type"] == "cut_off"
-    assert client.penalties == [None, RETRY_FREQUENCY_PENALTY, None]
-    assert client.messages[1] == client.messages[0]
-    assert "v0b" in client.messages[2][-1]["content"]  # the critic reads the retry
-    line = outcome.output_line()
-    assert (line["output"], line["iterations"], line["scores"]) == ("v0b", 0, [3.0])
-
-
-@pytest.mark.anyio
-async def test_answer_cut_off_twice_is_a_finding() -> None:
-    """A retry cut off again is the answer: marked, vetoes done, and the refine step is told."""
-    text = "Here you go:\n```python\nv0"
-    cut = Completion(text, 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
-    outcome, client, _ = await run(
-        [cut, cut, feedback(3, done=True), code("v1"), feedback(4, done=True)]
-    )
-    assert [s.role for s in outcome.steps] == [
-        "generate",
-        "generate",
-        "feedback",
-        "refine",
-        "feedback",
-    ]
-    assert [(s.error or {}).get("type") for s in outcome.steps[:2]] == ["cut_off", "length"]
-    assert outcome.steps[1].checks == [CUT_OFF]
-    assert CUT_OFF in client.messages[3][-1]["content"]
-    assert (outcome.status, outcome.stop_reason, outcome.output) == ("done", "done", "v1")
-    assert client.penalties == [None, RETRY_FREQUENCY_PENALTY, None, None, None]
-
-
-@pytest.mark.anyio
-async def test_cut_off_refinement_is_asked_again_and_resume_keeps_the_penalty() -> None:
-    """A refinement cut off is asked once more, also right after a resume."""
-    cut = Completion("```python\nv1", 100, 20, 0.5, 1, finish_reason="length", model="x")
-    script = [code("v0"), feedback(3), cut, code("v1b"), feedback(9, done=True)]
-    first, client, _ = await run(script)
-    assert [(s.role, (s.error or {}).get("type")) for s in first.steps[2:4]] == [
-        ("refine", "cut_off"),
-        ("refine", None),
-    ]
-    assert client.messages[3] == client.messages[2]
-    assert client.penalties == [None, None, None, RETRY_FREQUENCY_PENALTY, None]
-    assert (first.output, first.iterations) == ("v1b", 1)
-    resumed, client, _ = await run(script[3:], prior=first.steps[:3])
-    assert client.penalties == [RETRY_FREQUENCY_PENALTY, None]
-    assert resumed.output_line() == first.output_line()
-
-
-@pytest.mark.anyio
-async def test_answer_whose_prose_was_cut_off_is_whole() -> None:
-    """Only the prose after a closed code block ran out: the code stands, with no finding."""
-    text = code("v0") + "\nThis code adds the numbers one by one, and then it"
-    cut = Completion(text, 100, 20, 0.5, 1, finish_reason="length", model="fake-model")
-    outcome, _, _ = await run([cut, feedback(3, done=True)])
-    assert outcome.steps[0].checks is None and outcome.stop_reason == "done"
 
 
 def cut_off(text: str) -> Completion:
-    """An answer that ran into max_tokens."""
+    """A reply that ran into max_tokens."""
     return Completion(text, 100, 1024, 0.5, 1, finish_reason="length", model="fake-model")
 
 
@@ -592,95 +467,100 @@ RUNAWAY = '{"speed": "doll, doll, doll, doll, doll'
 
 
 @pytest.mark.anyio
-async def test_feedback_cut_off_is_retried_once_with_a_penalty() -> None:
-    """A cut-off feedback is asked again with a frequency penalty; the retry is what counts."""
-    outcome, client, _ = await run([code("v0"), cut_off(RUNAWAY), feedback(3, done=True)])
-    assert [(s.role, s.iteration) for s in outcome.steps] == [
-        ("generate", 0),
-        ("feedback", 0),
-        ("feedback", 0),
-    ]
-    assert outcome.steps[1].error == {
-        "type": "length",
-        "message": "answer cut off at max_tokens (finish_reason=length)",
-    }
-    assert client.penalties == [None, None, RETRY_FREQUENCY_PENALTY]
-    assert client.messages[2] == client.messages[1]  # the same question, asked again
-    assert (outcome.stop_reason, outcome.score) == ("done", 3.0)
-
-
-@pytest.mark.anyio
-async def test_feedback_cut_off_twice_stays_a_length_error_and_the_loop_goes_on() -> None:
-    """A retry cut off again is kept (as cut off, not as a parse failure); the loop refines."""
+async def test_answer_cut_off_is_repaired_once_with_a_penalty() -> None:
+    """An answer cut off inside its code is asked again (a repair: the same messages, a
+    frequency penalty); the repair is the iteration's answer, the cut-off attempt stays."""
     outcome, client, _ = await run(
-        [code("v0"), cut_off(RUNAWAY), cut_off(RUNAWAY), code("v1"), feedback(4, done=True)]
+        [cut_off("Here you go:\n```python\nv0"), code("v0b"), feedback(3, done=True)]
     )
-    assert [s.role for s in outcome.steps] == [
-        "generate",
-        "feedback",
-        "feedback",
-        "refine",
-        "feedback",
+    assert [(s.role, s.kind) for s in outcome.steps] == [
+        ("generate", Kind.ANSWER),
+        ("generate", Kind.REPAIR),
+        ("feedback", Kind.FEEDBACK),
     ]
-    assert [(s.error or {}).get("type") for s in outcome.steps[1:3]] == ["length", "length"]
-    assert client.penalties == [None, None, RETRY_FREQUENCY_PENALTY, None, None]
-    assert (outcome.output, outcome.stop_reason) == ("v1", "done")
+    assert (outcome.steps[0].error or {}).get("type") == "cut_off"
+    assert client.penalties == [None, RETRY_FREQUENCY_PENALTY, None]
+    assert client.messages[1] == client.messages[0]
+    assert "v0b" in text_of(client.messages[2])
+    assert (outcome.output, outcome.iterations, outcome.scores) == ("v0b", 0, (3.0,))
 
 
 @pytest.mark.anyio
-async def test_resumed_cut_off_feedback_is_retried_with_the_penalty() -> None:
-    """Resuming right after a cut-off feedback retries it once, with the penalty."""
-    first, _, _ = await run([code("v0"), cut_off(RUNAWAY), feedback(3, done=True)])
-    resumed, client, _ = await run([feedback(3, done=True)], prior=first.steps[:2])
+async def test_answer_cut_off_twice_is_a_finding() -> None:
+    """A repair cut off again stands: marked, it vetoes done, and the refinement is told."""
+    cut = cut_off("Here you go:\n```python\nv0")
+    outcome, client, _ = await run(
+        [cut, cut, feedback(3, done=True), code("v1"), feedback(4, done=True)]
+    )
+    assert [(s.error or {}).get("type") for s in outcome.steps[:2]] == ["cut_off", "length"]
+    assert outcome.steps[1].checks == [CUT_OFF]
+    assert CUT_OFF in text_of(client.messages[3])
+    assert (outcome.stop_reason, outcome.output) == ("done", "v1")
+
+
+@pytest.mark.anyio
+async def test_repair_can_be_turned_off() -> None:
+    """With repair off a cut-off answer stands at once, with the cut-off finding."""
+    job = dataclasses.replace(
+        SCORED, strategies=dataclasses.replace(SCORED.strategies, repair=False)
+    )
+    outcome, client, _ = await run(
+        [cut_off("```python\nv0"), feedback(3), code("v1"), feedback(10)], job=job
+    )
+    assert [s.kind for s in outcome.steps].count(Kind.REPAIR) == 0
+    assert (outcome.steps[0].error or {}).get("type") == "length"
+    assert outcome.steps[0].checks == [CUT_OFF] and client.penalties == [None] * 4
+
+
+@pytest.mark.anyio
+async def test_answer_whose_prose_was_cut_off_is_whole() -> None:
+    """Only the prose after a closed code block ran out: the code stands, with no finding."""
+    text = code("v0") + "\nThis code adds the numbers one by one, and then it"
+    outcome, _, _ = await run([cut_off(text), feedback(3, done=True)])
+    assert outcome.steps[0].checks is None and outcome.stop_reason == "done"
+
+
+@pytest.mark.anyio
+async def test_feedback_cut_off_is_repaired_and_resume_keeps_the_penalty() -> None:
+    """A cut-off feedback is asked again with a penalty, also right after a resume."""
+    script = [code("v0"), cut_off(RUNAWAY), feedback(3, done=True)]
+    outcome, client, _ = await run(script)
+    assert [s.kind for s in outcome.steps] == [Kind.ANSWER, Kind.FEEDBACK, Kind.REPAIR]
+    assert client.penalties == [None, None, RETRY_FREQUENCY_PENALTY]
+    assert client.messages[2] == client.messages[1]
+    assert (outcome.stop_reason, outcome.score) == ("done", 3.0)
+    resumed, client, _ = await run(script[2:], prior=outcome.steps[:2])
     assert client.penalties == [RETRY_FREQUENCY_PENALTY]
-    assert resumed.output_line() == first.output_line()
+    assert resumed.output_line() == outcome.output_line()
 
 
 @pytest.mark.anyio
 async def test_evaluator_metrics_are_kept_and_its_errors_recorded() -> None:
-    """The job's evaluator runs on each answer; an evaluator that raises is recorded, not fatal."""
+    """The job's evaluator runs on each answer; an evaluator that raises is recorded."""
 
     def evaluate(fields: Mapping[str, Any], output: str) -> Mapping[str, Any]:
         if output == "v1":
             raise ValueError("cannot score v1")
-        return {"chars": len(output), "task": fields["task"]}
+        return {"chars": len(output)}
 
     job = dataclasses.replace(SCORED, evaluator=evaluate)
     outcome, _, _ = await run([code("v0"), feedback(4), code("v1"), feedback(10)], job=job)
-    answers = [s for s in outcome.steps if s.role != "feedback"]
-    assert answers[0].metrics == {"chars": 2, "task": RECORD.fields["task"]}
-    assert answers[1].metrics == {"error": "ValueError: cannot score v1"}
-    assert all(s.metrics is None for s in outcome.steps if s.role == "feedback")
+    assert [a.metrics for a in outcome.answers()] == [
+        {"chars": 2},
+        {"error": "ValueError: cannot score v1"},
+    ]
     assert outcome.status == "done"
 
 
-def test_copy_after_a_deferred_done_stops_as_done() -> None:
-    """A copy of an answer the critic called done (deferred by --min-iters) stops as done."""
-    steps = [gen("draft"), fb(0, done=True), ref(1, "draft")]
-    assert plan(steps, SCORED, max_iters=3, min_iters=1) == Stop("done")
-    scored = [gen("draft"), fb(0, score=10), ref(1, "draft")]
-    assert plan(scored, SCORED, max_iters=3, min_iters=1) == Stop("score_threshold")
-    assert plan([gen("draft"), fb(0), ref(1, "draft")], SCORED, 3, 1) == Stop("no_change")
-
-
-def test_min_iters_overrides_early_done() -> None:
-    """With min_iters=1 the critic's done (or a top score) on the first draft does not stop."""
-    steps = [gen("draft"), fb(0, done=True, score=10)]
-    assert plan(steps, SCORED, max_iters=2) == Stop("done")
-    assert plan(steps, SCORED, max_iters=2, min_iters=1) == ("refine", 1)
-    assert plan([gen(), fb(0, score=10)], SCORED, 2, 1) == ("refine", 1)
-    later = [*steps, ref(1, "better"), fb(1, done=True)]
-    assert plan(later, SCORED, max_iters=2, min_iters=1) == Stop("done")
-
-
-def test_next_call_after_a_cut_off_feedback_carries_the_penalty() -> None:
-    """The Batch API and Ray drivers get the retry's penalty from next_call, as body fields."""
-    draft = Step("generate", 0, [], code("v0"), None, USAGE, 0.1, 1, output="v0")
+def test_next_call_of_a_repair_carries_the_penalty_as_a_body_field() -> None:
+    """The Batch API and Ray drivers get a repair's penalty from next_call, as body fields."""
+    draft = Step("generate", 0, [{"role": "user", "content": "q"}], code("v0"), None, USAGE, 0.1,
+                 1, output="v0")  # fmt: skip
     cut = Step(
-        "feedback", 0, [], RUNAWAY, None, USAGE, 0.1, 1, error={"type": "length", "message": "m"}
+        "feedback", 0, [], RUNAWAY, None, USAGE, 0.1, 1, error={"type": "cut_off", "message": "m"}
     )
-    retry = next_call(SCORED, RECORD, [draft, cut], Policy(3))
-    assert isinstance(retry, Call) and (retry.role, retry.iteration) == ("feedback", 0)
-    assert retry.sampling() == {"frequency_penalty": RETRY_FREQUENCY_PENALTY}
+    repair = next_call(SCORED, RECORD, [draft, cut], Policy(3))
+    assert isinstance(repair, Call) and (repair.role, repair.kind) == ("feedback", Kind.REPAIR)
+    assert repair.sampling() == {"frequency_penalty": RETRY_FREQUENCY_PENALTY}
     first = next_call(SCORED, RECORD, [draft], Policy(3))
     assert isinstance(first, Call) and first.sampling() == {}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import pyast
+from pipeline.core import pyast
 
 PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
 
@@ -40,7 +40,7 @@ def _unlocked_parses(source: str) -> list[int]:
 def test_the_finder_sees_both_spellings_of_a_parse():
     assert _unlocked_parses("import ast\nast.parse('x')\n") == [2]
     assert _unlocked_parses("from ast import parse as p\n\np('x')\n") == [3]
-    assert _unlocked_parses("from pipeline import pyast\npyast.parse_module('x')\n") == []
+    assert _unlocked_parses("from pipeline.core import pyast\npyast.parse_module('x')\n") == []
 
 
 def test_no_module_parses_outside_the_lock():

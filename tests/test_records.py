@@ -7,8 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.core.jobs import InputField
 from pipeline.errors import InputError
-from pipeline.jobs import InputField
 from pipeline.records import Record, fingerprint, read_records, record_id, same_input
 from tests.helpers import write_jsonl
 

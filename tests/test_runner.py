@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -22,7 +21,7 @@ from pipeline import (
     load_job,
     run,
 )
-from pipeline.calls import Step, is_copy, is_redraft, is_retried
+from pipeline.core.steps import Step
 from pipeline.rundir import RunDir
 from pipeline.status import collect
 from pipeline.testing.simulator import SimConfig, Simulator
@@ -92,51 +91,37 @@ def test_run_writes_one_output_and_trace_per_record(sim: Simulator, tmp_path: Pa
     assert sum(o["usage"]["calls"] for o in outs) == len(sim.completed_bodies())
 
 
-def test_refine_prompts_carry_all_earlier_feedback(tmp_path: Path) -> None:
-    """Each refine prompt holds every earlier answer and every earlier feedback's actions
-    (code-improve without refine_failing, which writes failing code afresh: every
-    refinement an edit, but the copy guard's retries)."""
+def test_refine_calls_carry_all_earlier_feedback_and_no_request_repeats(tmp_path: Path) -> None:
+    """Against the simulator, with defaults: each refine call holds the record's input, every
+    earlier answer and every earlier feedback's actions; no request repeats an earlier one."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
-    shipped = ROOT / "jobs" / "code-improve.toml"
-    text = shipped.read_text()
-    start = text.index("refine_failing = ")
-    end = text.index('"""', text.index('"""', start) + 3) + 3
-    hooks = (shipped.parent / "code_improve_hooks.py").as_posix()
-    text = (text[:start] + text[end:]).replace(
-        'file = "code_improve_hooks.py"', f'file = "{hooks}"'
-    )
-    job = tmp_path / "editing.toml"
-    job.write_text(text)
     with Simulator(SimConfig(p_done=0.0)) as sim:
         run(
-            str(job),
+            "code-improve",
             inp,
             tmp_path / "run",
             settings(sim, max_iters=3),
             api_key="k",
             show_progress=False,
         )
+        bodies = [orjson.dumps(b["messages"]) for b in sim.completed_bodies()]
+    assert len(set(bodies)) == len(bodies)
     checked = 0
+    tasks_by_id = {t["id"]: t["task"] for t in tasks(10)}
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         steps = trace["steps"]
-        # A copy guard's retry asks the job's refine_copy prompt (the findings, no history).
-        retries = {id(b) for a, b in itertools.pairwise(steps) if is_copy(Step.from_dict(a))}
-        for r in (s for s in steps if s["role"] == "refine" and id(s) not in retries):
+        for r in (s for s in steps if s["role"] == "refine"):
             checked += r["iteration"] - 1
-            prompt = r["messages"][-1]["content"]
+            sent = "\n".join(m["content"] for m in r["messages"])
+            assert tasks_by_id[trace["id"]] in sent
             for fb in (
                 s for s in steps if s["role"] == "feedback" and s["iteration"] < r["iteration"]
             ):
-                for action in fb["parsed"]["actions"]:
-                    assert action in prompt
-            for ans in (  # every iteration's answer (a first draft, redrafted, is none)
-                s
-                for s in steps
-                if s["role"] != "feedback"
-                and s["iteration"] < r["iteration"]
-                and not is_redraft(Step.from_dict(s))
+                assert all(action in sent for action in fb["parsed"]["actions"])
+            for ans in (
+                s for s in steps if s.get("iteration_answer") and s["iteration"] < r["iteration"]
             ):
-                assert ans["output"] in prompt
+                assert ans["output"] in sent
     assert checked > 0, "some refine must have had history beyond the latest attempt"
 
 
@@ -386,8 +371,8 @@ def test_min_iters_forces_a_refinement(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="min-iters"):
             go(sim, inp, tmp_path / "bad", min_iters=3)
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
-        # (an attempt asked again, a copy or a first draft, is not an iteration: its retry is)
-        steps = [s for s in trace["steps"] if not is_retried(Step.from_dict(s))]
+        # (an attempt asked again is not an iteration: its repair is)
+        steps = [s for s in trace["steps"] if not Step.from_dict(s).superseded]
         roles = [s["role"] for s in steps]
         assert roles[:4] == ["generate", "feedback", "refine", "feedback"]
 

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline import BudgetReached, ConfigError, RunDirError, Settings, run
 from pipeline.budget import PROMPT_MARGIN, Budget
-from pipeline.calls import Step
+from pipeline.core.steps import Step
 from pipeline.prices import BUILTIN, Price, PriceBook, load_prices
 from pipeline.status import collect, render
 from pipeline.testing.simulator import SimConfig, Simulator

@@ -20,8 +20,8 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 import openai
 
-from ..calls import Role
 from ..client import error_message, redact
+from ..core.steps import Role
 from ..errors import AuthError, CallError, ConfigError
 from ..retry import classify_status
 from ..settings import Settings

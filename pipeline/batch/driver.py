@@ -36,7 +36,9 @@ from aiolimiter import AsyncLimiter
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from ..budget import Reservation
-from ..calls import Completion, Step, Try
+from ..core.loop import Call, Stop, call_failed, finish, make_step, next_call
+from ..core.records import Record
+from ..core.steps import Completion, Step, Try
 from ..errors import (
     BatchFailed,
     BudgetReached,
@@ -49,8 +51,6 @@ from ..errors import (
 )
 from ..formats import FormatLadder
 from ..limits import estimate_tokens
-from ..loop import Call, Stop, call_failed, finish, make_step, next_call
-from ..records import Record
 from ..retry import OutageState, decide, retryable
 from ..runner import Models, Session, StopReason, stop_reason_of
 from .api import (
@@ -66,7 +66,7 @@ from .ledger import Entry, Ledger
 from .lines import LINE_OVERHEAD, Answer, custom_id, input_line, read_output, read_result, split
 
 if TYPE_CHECKING:
-    from ..calls import Outcome
+    from ..core.steps import Outcome
 
 __all__ = ["run_batches"]
 

@@ -27,10 +27,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ..calls import Step
+from ..core.records import Record
+from ..core.steps import Step
 from ..errors import BudgetReached, ConfigError, StoreError, UnavailableError
 from ..limits import Limiter
-from ..records import Record
 from ..runner import Driver, Models, Session, StopReason, stop_reason_of
 from .connect import connect, require_ray
 from .jobfiles import JobFiles

@@ -16,8 +16,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..core.jobs import Job
+from ..core.loader import load_job
 from ..errors import ConfigError, JobError
-from ..jobs import Job, load_job
 
 __all__ = ["JobFiles"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..calls import Outcome, Step
+from ..core.records import Record
+from ..core.steps import Outcome, Step
 from ..errors import AuthError, BudgetReached, FatalCallError, UnavailableError
-from ..records import Record
 
 __all__ = [
     "POLL_S",

@@ -26,14 +26,14 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..budget import Budget, Spending
-from ..calls import Completion, ModelClient, Step
 from ..client import OpenAIClient
+from ..core.jobs import Job
+from ..core.loop import Policy, refine_record
+from ..core.steps import Completion, ModelClient, Step
 from ..errors import BudgetReached, FatalCallError
-from ..jobs import Job
-from ..loop import Policy, refine_record
 from ..prices import PriceBook
 from ..runner import _Endpoint, _open_client
-from ..settings import Settings
+from ..settings import Settings, effective_job
 from .jobfiles import JobFiles
 from .messages import (
     Assignment,
@@ -89,6 +89,7 @@ class _Gate:
         temperature: float,
         max_tokens: int,
         frequency_penalty: float | None = None,
+        cache_key: str | None = None,
     ) -> Completion:
         if self._session.stopping:
             raise _Stopping
@@ -98,6 +99,7 @@ class _Gate:
             temperature=temperature,
             max_tokens=max_tokens,
             frequency_penalty=frequency_penalty,
+            cache_key=cache_key,
         )
 
 
@@ -124,7 +126,7 @@ class _Session:
 
     def __init__(self, spec: WorkerSpec, job: Job, api_key: str | None) -> None:
         s = spec.settings
-        self.job = job
+        self.job = effective_job(job, s)
         self.policy = Policy(s.max_iters or 0, s.min_iters, s.checks)
         self.stopping = False  # the driver said stop: loops start no further call
         self.outbox: list[Event] = []

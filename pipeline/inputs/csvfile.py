@@ -16,8 +16,8 @@ from typing import Any, BinaryIO, cast
 
 import orjson
 
+from ..core.jobs import InputField
 from ..errors import ConfigError, InputError
-from ..jobs import InputField
 from .rows import Row
 from .streams import DECOMPRESSION_ERRORS
 

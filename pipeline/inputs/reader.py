@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from ..core.jobs import InputField
 from ..errors import ConfigError, InputError
-from ..jobs import InputField
 from .csvfile import csv_header, csv_rows
 from .formats import ACCEPTED, SNIFF_BYTES, InputFormat, detect
 from .jsonl import jsonl_rows

@@ -22,7 +22,7 @@ from typing import IO, Any, Final
 
 import orjson
 
-from ..calls import COPY, CUT_RETRY, REDRAFT
+from ..core.steps import Superseded
 from .source import Key, Pricing, integer, number, record_values
 
 __all__ = [
@@ -77,6 +77,7 @@ def _call(step: Mapping[str, Any], pricing: Pricing) -> dict[str, Any]:
     tries = step.get("tries")
     return {
         "role": str(step.get("role")),
+        "kind": str(step.get("kind") or _default_kind(step)),
         "model": pricing.model_of(step),
         "tokens": [integer(used.get("prompt_tokens")), integer(used.get("completion_tokens"))],
         "latency": None if seconds is None else round(seconds[0], 4),
@@ -90,6 +91,11 @@ def _call(step: Mapping[str, Any], pricing: Pricing) -> dict[str, Any]:
     }
 
 
+def _default_kind(step: Mapping[str, Any]) -> str:
+    """The kind of a step in a trace written before steps had kinds."""
+    return "feedback" if step.get("role") == "feedback" else "answer"
+
+
 def _error(value: Any) -> dict[str, str] | None:
     if not isinstance(value, dict):
         return None
@@ -97,7 +103,13 @@ def _error(value: Any) -> dict[str, str] | None:
 
 
 def record_detail(cand: Candidate, steps: Sequence[Any], pricing: Pricing) -> dict[str, Any]:
-    """A record's iterations in order: answer, feedback, findings, metrics, errors and calls."""
+    """A record's iterations in order: answer, feedback, metrics, errors and calls.
+
+    An iteration shows the answer its loop went on with (marked ``iteration_answer`` in the
+    trace; in a trace without marks, its latest answer that stands); the attempts asked
+    again and a strategy's other drafts are listed apart.
+    """
+    marked = any(isinstance(s, dict) and s.get("iteration_answer") for s in steps)
     by_t: dict[int, dict[str, Any]] = {}
     for step in steps:
         if not isinstance(step, dict):
@@ -113,18 +125,10 @@ def record_detail(cand: Candidate, steps: Sequence[Any], pricing: Pricing) -> di
         error = _error(step.get("error"))
         if step.get("role") == "feedback":
             parsed = step.get("parsed")
-            found = step.get("findings")
             if entry["feedback"] is not None:  # a cut-off feedback was retried: keep it shown
                 entry.setdefault("retried_feedback", []).append(entry["feedback"])
             entry["feedback"] = {
                 "parsed": _small(parsed) if isinstance(parsed, dict) else None,
-                "findings": [
-                    {"source": str(f.get("source")), "text": clip(f.get("text"))}
-                    for f in found
-                    if isinstance(f, dict)
-                ]
-                if isinstance(found, list)
-                else None,
                 # The raw answer only when it could not be parsed: it is what went wrong.
                 "response": None if isinstance(parsed, dict) else clip(step.get("response")),
                 "error": error,
@@ -132,14 +136,14 @@ def record_detail(cand: Candidate, steps: Sequence[Any], pricing: Pricing) -> di
             continue
         output = step.get("output")
         text = clip(output if isinstance(output, str) else step.get("response"))
-        if error is not None and error["type"] == COPY:
+        if error is not None and error["type"] == Superseded.COPY:
             entry["copies"].append(text)
             continue
-        if error is not None and error["type"] == CUT_RETRY:
+        if error is not None and error["type"] == Superseded.CUT_OFF:
             entry.setdefault("cut_off", []).append(text)
             continue
-        if error is not None and error["type"] == REDRAFT:
-            entry.setdefault("drafts", []).append(text)
+        if step.get("response") is not None and marked and not step.get("iteration_answer"):
+            entry.setdefault("drafts", []).append(f"[{step.get('kind')}] {text}")
             continue
         checks = step.get("checks")
         entry.update(

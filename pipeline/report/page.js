@@ -342,7 +342,7 @@
         it.copies.map((c) => el("pre", {}, c))) : null,
       (it.cut_off || []).length ? el("details", {}, el("summary", {}, `${it.cut_off.length} earlier attempt(s) ran into max_tokens and were asked again`),
         it.cut_off.map((c) => el("pre", {}, c))) : null,
-      (it.drafts || []).length ? el("details", {}, el("summary", {}, `${it.drafts.length} first draft(s): checks found problems, drafted once more`),
+      (it.drafts || []).length ? el("details", {}, el("summary", {}, `${it.drafts.length} other draft(s) of this iteration (opt-in strategies), not gone on with`),
         it.drafts.map((c) => el("pre", {}, c))) : null,
       (it.retried_feedback || []).map((fb) => el("div", { class: "retried" },
         el("h4", {}, "feedback (retried)"), feedbackNode(fb))),

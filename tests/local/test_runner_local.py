@@ -124,7 +124,7 @@ async def test_the_local_critic_is_shown_the_schema_its_grammar_enforces(
     """A local server's client sends json_schema whole, string lengths included (its grammar
     enforces them), and spells the schema out in the prompt, which the server does not."""
     from pipeline.budget import Budget
-    from pipeline.jobs import load_job
+    from pipeline.core.loader import load_job
     from pipeline.prices import PriceBook
     from pipeline.runner import _local_server, _open_client
     from pipeline.settings import resolve

@@ -47,10 +47,6 @@ def test_record_detail_groups_calls_by_iteration() -> None:
             usage=million,
             model="gpt-4o",
             parsed={"actions": ["add a number"], "done": False, "score": 3},
-            findings=[
-                {"source": "check", "text": "no number"},
-                {"source": "critic", "text": "add a number"},
-            ],
         ),
         step("refine", 1, output="first", error={"type": "copy", "message": "identical"}),
         step("refine", 1, output="second 2", metrics={"ok": True}, checks=[], attempts=3),
@@ -66,7 +62,6 @@ def test_record_detail_groups_calls_by_iteration() -> None:
     assert first["metrics"] == {"ok": False} and first["checks"] == ["no number"]
     fb = first["feedback"]
     assert fb["parsed"]["actions"] == ["add a number"] and fb["response"] is None
-    assert [f["source"] for f in fb["findings"]] == ["check", "critic"]
     assert [c["model"] for c in first["calls"]] == ["gpt-4o-mini", "gpt-4o"]
     assert first["calls"][1]["cost"] == pytest.approx(2.5)
     # The copy is kept aside; the retried refinement is the iteration's answer.
@@ -106,16 +101,17 @@ def test_record_detail_keeps_a_cut_off_answer_asked_again_aside() -> None:
     assert len(it["calls"]) == 2
 
 
-def test_record_detail_keeps_a_first_draft_aside() -> None:
-    """A refinement drafted once more is kept aside; the second draft is the answer."""
+def test_record_detail_keeps_a_strategys_other_drafts_aside() -> None:
+    """Of an iteration's drafts (strategy samples), the one marked as the iteration's answer
+    is shown as such; the others are kept aside, with their kind."""
     steps = [
-        step("generate", 0, output="draft"),
-        step("refine", 1, output="first", error={"type": "redraft", "message": "once more"}),
-        step("refine", 1, output="second"),
+        step("generate", 0, output="draft", iteration_answer=True),
+        step("refine", 1, output="first", kind="answer"),
+        step("refine", 1, output="second", kind="sample", iteration_answer=True),
     ]
     _, it = record_detail(Candidate(0, ["r"], [], None), steps, MODEL)["iterations"]
-    assert (it["output"], it["drafts"], it["error"]) == ("second", ["first"], None)
-    assert len(it["calls"]) == 2
+    assert (it["output"], it["drafts"], it["error"]) == ("second", ["[answer] first"], None)
+    assert [c["kind"] for c in it["calls"]] == ["answer", "sample"]
 
 
 def test_record_detail_cost_is_unknown_when_a_call_has_no_price() -> None:

@@ -1,37 +1,63 @@
 """The record of a model call: what a client returns, what the loop keeps, what a record ends as.
 
-These are plain values shared by the client, the loop, the checkpoint store and the
-output files; this module imports nothing else of the package but the record type, so each
-of those can use the types without depending on the others.
+Plain values shared by the client, the loop, the checkpoint store and the output files.
+Every step has a ``role`` (the part of Self-Refine it plays: generate, feedback, refine) and
+a ``kind`` (why the call was made: the method's own call, a repair of a call cut off at
+max_tokens, or a call of an opt-in strategy), so a trace tells the method's calls from the
+extra ones and ``refine estimate`` and the report can count each.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .answers import FAILED_TESTS
 from .records import Record
 
 __all__ = [
+    "LENGTH",
     "Completion",
+    "Kind",
     "ModelClient",
     "Outcome",
     "Role",
     "Step",
     "StepSink",
+    "Superseded",
     "Try",
-    "is_answer",
-    "is_copy",
-    "is_cut_retry",
-    "is_draft",
-    "is_redraft",
-    "is_retried",
     "usage_of",
 ]
 
 Role = Literal["generate", "feedback", "refine"]
+
+# The error type of a call cut off at max_tokens that was not asked again (repair off, or
+# the repair itself cut off): the step stands, and the answer's checks say it was cut off.
+LENGTH = "length"
+
+
+class Kind(enum.StrEnum):
+    """Why a call was made."""
+
+    ANSWER = "answer"  # the method's generate or refine call
+    FEEDBACK = "feedback"  # the method's critic call
+    REPAIR = "repair"  # a call cut off at max_tokens, asked once more (on by default)
+    SAMPLE = "sample"  # strategy `samples`: another draft from the same messages
+    RESTART = "restart"  # strategy `restart`: an answer written afresh from its findings
+    COPY_RETRY = "copy_retry"  # strategy `copy-retry`: a copied refinement asked again, hotter
+
+    @property
+    def strategy(self) -> bool:
+        """Whether calls of this kind come from an opt-in strategy (not the method)."""
+        return self in (Kind.SAMPLE, Kind.RESTART, Kind.COPY_RETRY)
+
+
+class Superseded(enum.StrEnum):
+    """Error types of an attempt the loop asked again: no answer of its own."""
+
+    CUT_OFF = "cut_off"  # cut off at max_tokens; a repair follows
+    COPY = "copy"  # a refinement identical to its input; a copy retry follows
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +92,7 @@ class Completion:
     tries: tuple[Try, ...] = ()  # every attempt, when there was more than one
     cached_tokens: int = 0  # prompt tokens the provider served from its cache
     batch_id: str | None = None  # the Batch API batch that carried the call
+    service_tier: str | None = None  # the tier the provider says served the call
 
 
 class ModelClient(Protocol):
@@ -84,6 +111,7 @@ class ModelClient(Protocol):
         temperature: float,
         max_tokens: int,
         frequency_penalty: float | None = None,
+        cache_key: str | None = None,
     ) -> Completion: ...
 
 
@@ -103,22 +131,38 @@ class Step:
     output: str | None = None  # the answer this step produced (generate/refine), after extraction
     metrics: dict[str, Any] | None = None  # the job's evaluator on that answer
     checks: list[str] | None = None  # the job's check findings on that answer ([] = passed)
-    findings: list[dict[str, str]] | None = None  # feedback as the refine step sees it, by source
-    model: str | None = (
-        None  # the model that answered (None in journals written before it was kept)
-    )
+    model: str | None = None  # the model that answered
     tries: tuple[Try, ...] = ()  # each attempt's status and latency, when there was more than one
     batch_id: str | None = None  # the Batch API batch that carried the call
+    kind: Kind | None = None  # None: the method's own (ANSWER, or FEEDBACK for a critic call)
+    service_tier: str | None = None  # the tier that served the call, where the provider says
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            default = Kind.FEEDBACK if self.role == "feedback" else Kind.ANSWER
+            object.__setattr__(self, "kind", default)
 
     @property
     def failed(self) -> bool:
         """Whether this is a call that failed for good (it returned nothing)."""
         return self.response is None
 
+    @property
+    def superseded(self) -> bool:
+        """Whether the loop asked this attempt again (cut off, or copied): no answer of its own."""
+        kind = (self.error or {}).get("type")
+        return kind in (Superseded.CUT_OFF, Superseded.COPY)
+
+    @property
+    def is_draft(self) -> bool:
+        """An answer that stands: generate or refine, not failed, not asked again."""
+        return self.role != "feedback" and not self.failed and not self.superseded
+
     def to_dict(self) -> dict[str, Any]:
         """The trace/checkpoint shape."""
         d: dict[str, Any] = {
             "role": self.role,
+            "kind": str(self.kind),
             "model": self.model,
             "iteration": self.iteration,
             "messages": self.messages,
@@ -129,23 +173,22 @@ class Step:
             "attempts": self.attempts,
             "error": self.error,
         }
-        if self.tries:
-            d["tries"] = [t.to_json() for t in self.tries]
-        if self.batch_id is not None:
-            d["batch_id"] = self.batch_id
-        if self.output is not None:
-            d["output"] = self.output
-        if self.metrics is not None:
-            d["metrics"] = self.metrics
-        if self.checks is not None:
-            d["checks"] = self.checks
-        if self.findings is not None:
-            d["findings"] = self.findings
+        optional = {
+            "tries": [t.to_json() for t in self.tries] or None,
+            "batch_id": self.batch_id,
+            "service_tier": self.service_tier,
+            "output": self.output,
+            "metrics": self.metrics,
+            "checks": self.checks,
+        }
+        d.update((k, v) for k, v in optional.items() if v is not None)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Step:
         """Rebuild a step from its checkpoint shape."""
+        kind = d.get("kind")
+        known = {str(k) for k in Kind}
         return cls(
             role=d["role"],
             iteration=int(d["iteration"]),
@@ -159,10 +202,11 @@ class Step:
             output=d.get("output"),
             metrics=d.get("metrics"),
             checks=d.get("checks"),
-            findings=d.get("findings"),
             model=d.get("model"),
             tries=tuple(Try.from_json(t) for t in d.get("tries") or ()),
             batch_id=d.get("batch_id"),
+            kind=Kind(kind) if isinstance(kind, str) and kind in known else None,
+            service_tier=d.get("service_tier"),
         )
 
 
@@ -177,6 +221,7 @@ def usage_of(steps: Sequence[Step]) -> dict[str, int]:
     made = [s for s in steps if not s.failed]
     return {
         "prompt_tokens": sum(s.usage.get("prompt_tokens", 0) for s in made),
+        "cached_tokens": sum(s.usage.get("cached_tokens", 0) for s in made),
         "completion_tokens": sum(s.usage.get("completion_tokens", 0) for s in made),
         "calls": len(made),
     }
@@ -196,25 +241,23 @@ class Outcome:
     steps: tuple[Step, ...]
     error: dict[str, Any] | None = None
     scores: tuple[float | None, ...] = field(default=())
-    tests: str | None = None  # the chosen answer's own tests (code-with-tests jobs)
+    tests: str | None = None  # the chosen answer's own tests (answers that carry tests)
     chosen_step: int | None = None  # the chosen answer's index in ``steps``
+    answer_steps: tuple[int, ...] = ()  # each iteration's answer, as an index in ``steps``
+    chosen_by: str = "default"  # the selection rule that chose the output
 
     def usage(self) -> dict[str, int]:
         """Tokens and calls summed over the record's steps."""
         return usage_of(self.steps)
 
     def answers(self) -> list[Step]:
-        """Answer steps that are iterations: not feedback, failed calls or retried attempts."""
-        return [s for s in self.steps if is_answer(s)]
+        """Each iteration's answer (the draft its loop went on with), in order."""
+        return [self.steps[i] for i in self.answer_steps]
 
     def output_line(self, cost_usd: float | None = None) -> dict[str, Any]:
         """The outputs.jsonl object: DESIGN.md's fields, plus per-iteration scores and metrics."""
-        answers = self.answers()
-        metrics = [s.metrics for s in answers]
-        if self.chosen_step is not None:
-            chosen: Step | None = self.steps[self.chosen_step]
-        else:
-            chosen = next((s for s in answers if s.iteration == self.chosen_iteration), None)
+        metrics = [s.metrics for s in self.answers()]
+        chosen = None if self.chosen_step is None else self.steps[self.chosen_step]
         line = {
             "id": self.record.id,
             "line": self.record.line,
@@ -233,60 +276,15 @@ class Outcome:
         }
         if self.tests is not None:
             line["tests"] = self.tests
-        if chosen is not None and not is_answer(chosen):
-            # a first draft or a cut-off attempt, not the iteration's answer
-            line["chosen_step"] = self.chosen_step
+        if self.chosen_by != "default":
+            line["chosen_by"] = self.chosen_by
+        if self.chosen_step is not None and self.chosen_step not in self.answer_steps:
+            line["chosen_step"] = self.chosen_step  # a draft no iteration went on with
         return line
 
     def trace_line(self) -> dict[str, Any]:
-        """The traces.jsonl object."""
-        return {"id": self.record.id, "steps": [s.to_dict() for s in self.steps]}
-
-
-COPY = "copy"  # error type of a refinement that copied its input and was retried
-
-
-def is_copy(step: Step) -> bool:
-    """A refinement identical to its input that the copy guard retried (not an iteration)."""
-    return step.error is not None and step.error.get("type") == COPY
-
-
-# Error type of an answer cut off at max_tokens inside its artifact, asked once more
-CUT_RETRY = "cut_off"
-
-
-def is_cut_retry(step: Step) -> bool:
-    """An answer cut off at max_tokens that was asked once more (not an iteration)."""
-    return step.error is not None and step.error.get("type") == CUT_RETRY
-
-
-# Error type of a refinement its checks still found problems in, drafted once more from
-# the same messages; it stays a candidate for the chosen answer (see ``is_draft``)
-REDRAFT = "redraft"
-
-
-def is_redraft(step: Step) -> bool:
-    """A refinement drafted once more because its checks found problems (not an iteration,
-    but a candidate: both drafts run the pooled tests and either may be chosen)."""
-    return step.error is not None and step.error.get("type") == REDRAFT
-
-
-def is_retried(step: Step) -> bool:
-    """An answer attempt the loop asked again: a copy, a cut-off answer or a redraft."""
-    return is_copy(step) or is_cut_retry(step) or is_redraft(step)
-
-
-def is_answer(step: Step) -> bool:
-    """A generate or refine step that counts as an iteration's answer."""
-    return step.role != "feedback" and not is_retried(step) and not step.failed
-
-
-def is_draft(step: Step) -> bool:
-    """A step whose answer may be chosen: an iteration's answer, a refinement drafted
-    once more (``is_redraft``), or an answer cut off at max_tokens and asked again whose
-    tests ran (code that carries its tests: the code is whole, the test the limit stopped
-    is dropped; its checks say it was cut off, and the pooled tests judge it with the
-    rest). A cut-off answer of another job is prose stopped mid-sentence, never chosen."""
-    if is_cut_retry(step):
-        return step.role != "feedback" and FAILED_TESTS in (step.metrics or {})
-    return is_answer(step) or is_redraft(step)
+        """The traces.jsonl object; each iteration's answer is marked ``iteration_answer``."""
+        steps = [s.to_dict() for s in self.steps]
+        for i in self.answer_steps:
+            steps[i]["iteration_answer"] = True
+        return {"id": self.record.id, "steps": steps}

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .errors import FeedbackParseError
+from ..errors import FeedbackParseError
 from .pyast import literal
 
 __all__ = ["normalize", "parse_feedback", "render_feedback"]
@@ -26,7 +26,6 @@ _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _SCORE_TEXT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*(\d+(?:\.\d+)?))?\s*$")
 _JSON_NAMES = {"true": "True", "false": "False", "null": "None"}
 _TRUE = {"true", "yes", "y", "1", "done"}
-_FALSE = {"false", "no", "n", "0", ""}
 
 
 def _candidates(text: str) -> list[str]:

@@ -1,0 +1,59 @@
+"""The Self-Refine fold, job-agnostic: what one record's loop is, apart from any run.
+
+::
+
+    records     Record: one input record (id, line, fields)
+    steps       Step, Kind, Completion, Outcome: the record of each call
+    jobs        Job, InputField: the job spec the loop reads
+    loader      load_job: a job file read, the method's invariant enforced
+    kinds       AnswerKind, Selection: the protocol a kind of answer implements
+    answers     taking the artifact out of a reply; notes left in it
+    strategies  the named extra calls a user opts into (samples, restart, copy-retry)
+    prompts     each call's messages: a record's calls form one conversation
+    feedback    tolerant parsing of the critic's JSON, and rendering it
+    drafts      which answer each iteration goes on with
+    choice      choosing the output: the default rule, or a kind's selection rule
+    loop        plan -> next call -> make step -> finish; refine_record
+    pyast       ast.parse that threads may share
+
+Nothing here knows a particular job, a run directory, an HTTP client or a backend.
+"""
+
+from .choice import Choice, choose
+from .jobs import InputField, Job, builtin_jobs, render
+from .kinds import AnswerKind, Selection
+from .loader import load_job
+from .loop import Call, Policy, Stop, Why, finish, make_step, next_call, refine_record
+from .records import Record
+from .steps import Completion, Kind, ModelClient, Outcome, Role, Step, StepSink, Try
+from .strategies import Strategies
+
+__all__ = [
+    "AnswerKind",
+    "Call",
+    "Choice",
+    "Completion",
+    "InputField",
+    "Job",
+    "Kind",
+    "ModelClient",
+    "Outcome",
+    "Policy",
+    "Record",
+    "Role",
+    "Selection",
+    "Step",
+    "StepSink",
+    "Stop",
+    "Strategies",
+    "Try",
+    "Why",
+    "builtin_jobs",
+    "choose",
+    "finish",
+    "load_job",
+    "make_step",
+    "next_call",
+    "refine_record",
+    "render",
+]

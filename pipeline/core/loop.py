@@ -1,0 +1,435 @@
+"""The Self-Refine loop for one record: generate, then feedback and refine until a stop rule holds.
+
+The loop is a fold over completed steps: ``plan`` looks at the steps so far and names the
+next call or the reason to stop; ``next_call`` turns that into the request; ``make_step``
+turns the answer into the step that is checkpointed. ``refine_record`` drives the fold with
+a model client; the Batch API and Ray drivers drive the same functions their own way.
+Resume is the same fold started from the steps the checkpoint store replays, so a resumed
+record never repeats a call. The loop knows no particular job: what differs between kinds
+of answer is behind ``AnswerKind``, and a job's checks and evaluator are functions it calls.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+
+from ..errors import CallError, FatalCallError, FeedbackParseError
+from .choice import choose, score_of, summed_score
+from .drafts import answer_of, answers, drafts, feedback_on
+from .feedback import parse_feedback
+from .jobs import Job
+from .prompts import build_messages
+from .records import Record
+from .steps import LENGTH, Completion, Kind, ModelClient, Outcome, Role, Step, StepSink, Superseded
+from .strategies import next_draft
+
+__all__ = [
+    "CUT_OFF",
+    "RETRY_FREQUENCY_PENALTY",
+    "Call",
+    "Next",
+    "Policy",
+    "Stop",
+    "Why",
+    "call_failed",
+    "failed_step",
+    "finish",
+    "make_step",
+    "next_call",
+    "plan",
+    "refine_record",
+]
+
+# The finding added to an answer cut off at max_tokens inside its artifact.
+CUT_OFF = "The answer was cut off at the length limit: give a shorter, complete answer."
+# Sent with the repair of a call cut off at max_tokens: a small model that runs away
+# repeats one phrase until the budget is spent.
+RETRY_FREQUENCY_PENALTY = 0.5
+
+
+class Why(enum.StrEnum):
+    """Why a record's loop stopped (the output line's ``stop_reason``)."""
+
+    DONE = "done"  # the critic said done
+    SCORE = "score_threshold"  # the critic's score reached the job's threshold
+    MAX_ITERS = "max_iters"  # the refinements allowed were made
+    NO_CHANGE = "no_change"  # a refinement handed its input back unchanged
+    ERROR = "error"  # a call failed for good
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How far a loop may go: the iteration budget, and what may stop it early."""
+
+    max_iters: int
+    min_iters: int = 0  # refinements before the critic's done (or a score) may stop a loop
+    checks: bool = True  # run the job's check hook on every answer
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """The loop is over, and why."""
+
+    reason: Why
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """The next call's place in the loop: its role, why it is made, its iteration."""
+
+    role: Role
+    kind: Kind
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """The next model call of a record, exactly as it will be asked for."""
+
+    role: Role
+    iteration: int
+    messages: list[dict[str, str]]
+    schema: Mapping[str, Any] | None
+    temperature: float
+    max_tokens: int
+    kind: Kind = Kind.ANSWER
+    frequency_penalty: float | None = None  # only on the repair of a cut-off call
+    cache_key: str | None = None  # the record's id: its calls share a prefix
+
+    def sampling(self) -> dict[str, float]:
+        """Sampling settings beyond the temperature, as request-body fields (often none)."""
+        if self.frequency_penalty is None:
+            return {}
+        return {"frequency_penalty": self.frequency_penalty}
+
+    def options(self) -> dict[str, Any]:
+        """Request options beyond the required ones, only where set (fakes may lack them)."""
+        out: dict[str, Any] = dict(self.sampling())
+        if self.cache_key is not None:
+            out["cache_key"] = self.cache_key
+        return out
+
+
+# -- the fold ----------------------------------------------------------------------------------
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return " ".join((a or "").split()) == " ".join((b or "").split())
+
+
+def _verdict(job: Job, feedback: Step, answer: Step | None, t: int, min_iters: int) -> Stop | None:
+    """Whether the critic's feedback on iteration ``t``'s answer stops the loop: done, then
+    score. It counts only after ``min_iters`` refinements, and never while a check the
+    program ran still finds problems in the answer."""
+    if t < min_iters or (answer is not None and answer.checks):
+        return None
+    parsed = feedback.parsed
+    if parsed is not None and parsed.get(job.done_field) is True:
+        return Stop(Why.DONE)
+    score = score_of(job, feedback)
+    if job.score_threshold is not None and score is not None and score >= job.score_threshold:
+        return Stop(Why.SCORE)
+    return None
+
+
+def plan(steps: Sequence[Step], job: Job, policy: Policy) -> Next | Stop:
+    """The next call to make, or why the loop stops.
+
+    The stop rules, first that holds: the critic's ``done``; score >= the job's threshold;
+    ``max_iters`` refinements made; the refinement is identical to its input. Feedback is
+    asked on every answer before the last, and on the last only where the job scores, so
+    the best-scored iteration can be chosen. An attempt the loop asks again (cut off at
+    max_tokens, or copied under copy-retry) is asked before anything else; the drafts a
+    strategy adds to an iteration come before its feedback.
+    """
+    if not steps:
+        return Next("generate", Kind.ANSWER, 0)
+    last = steps[-1]
+    t = last.iteration
+    if last.superseded:
+        cut = (last.error or {}).get("type") == Superseded.CUT_OFF
+        return Next(last.role, Kind.REPAIR if cut else Kind.COPY_RETRY, t)
+    if last.role == "feedback":
+        verdict = _verdict(job, last, answer_of(job.kind, steps, t), t, policy.min_iters)
+        if verdict is not None:
+            return verdict
+        return Stop(Why.MAX_ITERS) if t >= policy.max_iters else Next("refine", Kind.ANSWER, t + 1)
+    refined = answer_of(job.kind, steps, t - 1) if t > 0 else None
+    made = [s for s in steps if s.role != "feedback" and s.iteration == t]
+    extra = next_draft(job.strategies, made, None if refined is None else refined.checks)
+    if extra is not None:
+        return Next(last.role, extra, t)
+    now = answer_of(job.kind, steps, t)
+    if refined is not None and now is not None and _same(now.output, refined.output):
+        earlier = feedback_on(steps, t - 1)
+        verdict = None if earlier is None else _verdict(job, earlier, now, t, policy.min_iters)
+        return verdict or Stop(Why.MAX_ITERS if t >= policy.max_iters else Why.NO_CHANGE)
+    if policy.max_iters == 0 or (t >= policy.max_iters and not job.scored):
+        return Stop(Why.MAX_ITERS)
+    return Next("feedback", Kind.FEEDBACK, t)
+
+
+def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -> Call | Stop:
+    """The record's next call as it will be sent, or why its loop stops."""
+    nxt = plan(steps, job, policy)
+    if isinstance(nxt, Stop):
+        return nxt
+    answer = None
+    if nxt.role == "feedback":
+        answer = answer_of(job.kind, steps, nxt.iteration)
+    elif nxt.iteration > 0:
+        answer = answer_of(job.kind, steps, nxt.iteration - 1)
+    # A repair is asked as the call it repairs was, with a repetition penalty.
+    origin = steps[-1].kind if nxt.kind is Kind.REPAIR and steps[-1].kind else nxt.kind
+    return Call(
+        role=nxt.role,
+        iteration=nxt.iteration,
+        messages=build_messages(job, record, nxt.role, nxt.kind, nxt.iteration, steps, answer),
+        schema=job.feedback_schema if nxt.role == "feedback" else None,
+        temperature=job.strategies.temperature(origin, job.temperature),
+        max_tokens=job.max_tokens,
+        kind=nxt.kind,
+        frequency_penalty=RETRY_FREQUENCY_PENALTY if nxt.kind is Kind.REPAIR else None,
+        cache_key=record.id,
+    )
+
+
+# -- making a step -----------------------------------------------------------------------------
+
+
+def _reaches_the_end(text: str, output: str) -> bool:
+    """Whether the artifact runs to the end of the reply (so a reply cut off cut it too).
+
+    A program whose block was closed before the prose after it ran out is whole.
+    """
+    lines = output.rstrip().splitlines()
+    return not lines or text.rstrip().endswith(lines[-1].rstrip())
+
+
+def _evaluate_sync(
+    job: Job, record: Record, output: str, checks: bool
+) -> tuple[dict[str, Any] | None, list[str] | None]:
+    metrics: dict[str, Any] | None = None
+    found: list[str] | None = None
+    if job.evaluator is not None:
+        try:  # the evaluator measures: it may read labels
+            metrics = dict(job.evaluator(record.fields, output))
+        except Exception as err:  # a broken evaluator is recorded, never a crash
+            metrics = {"error": f"{type(err).__name__}: {err}"}
+    if checks and job.checker is not None:
+        try:  # checks steer the loop: they never see a label
+            found = [str(f) for f in job.checker(job.shown_fields(record.fields), output)]
+        except Exception as err:  # a broken check is recorded, and passes
+            metrics = {**(metrics or {}), "check_error": f"{type(err).__name__}: {err}"}
+            found = []
+    return metrics, found
+
+
+async def _evaluate(
+    job: Job, record: Record, output: str, checks: bool
+) -> tuple[dict[str, Any] | None, list[str] | None]:
+    if job.evaluator is None and (job.checker is None or not checks):
+        return None, None
+    # Evaluators and checks may run a subprocess: keep the event loop free.
+    return await anyio.to_thread.run_sync(_evaluate_sync, job, record, output, checks)
+
+
+def _usage(comp: Completion) -> dict[str, int]:
+    usage = {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens}
+    if comp.cached_tokens:
+        usage["cached_tokens"] = comp.cached_tokens
+    return usage
+
+
+def _cut_error(repair: bool, what: str) -> dict[str, str]:
+    if repair:
+        message = f"{what} cut off at max_tokens; asked once more (repair)"
+        return {"type": Superseded.CUT_OFF, "message": message}
+    return {"type": LENGTH, "message": f"{what} cut off at max_tokens (finish_reason=length)"}
+
+
+def _feedback_step(job: Job, comp: Completion, repair: bool, common: dict[str, Any]) -> Step:
+    parsed: dict[str, Any] | None
+    error: dict[str, Any] | None = None
+    try:
+        parsed = parse_feedback(
+            comp.text,
+            actions_field=job.actions_field,
+            done_field=job.done_field,
+            score_field=job.score_field,
+        )
+    except FeedbackParseError as err:
+        parsed = None
+        error = {"type": "feedback_parse", "message": str(err)}
+    if comp.finish_reason == "length":
+        error = _cut_error(repair, "feedback")
+    if parsed is not None and job.score_from and job.score_field is not None:
+        parsed[job.score_field] = summed_score(parsed, job.score_from)
+    return Step("feedback", parsed=parsed, error=error, **common)
+
+
+async def make_step(
+    job: Job,
+    record: Record,
+    call: Call,
+    comp: Completion,
+    steps: Sequence[Step],
+    checks: bool,
+) -> Step:
+    """The step a completed call becomes: feedback parsed, or the answer extracted and checked."""
+    repair = job.strategies.repair and call.kind is not Kind.REPAIR
+    common: dict[str, Any] = {
+        "iteration": call.iteration,
+        "messages": comp.messages if comp.messages is not None else call.messages,
+        "response": comp.text,
+        "usage": _usage(comp),
+        "latency_s": comp.latency_s,
+        "attempts": comp.attempts,
+        "model": comp.model,
+        "tries": comp.tries,
+        "batch_id": comp.batch_id,
+        "kind": call.kind,
+        "service_tier": comp.service_tier,
+    }
+    if call.role == "feedback":
+        return _feedback_step(job, comp, repair, common)
+    output = job.kind.extract(comp.text)
+    cut = comp.finish_reason == "length"
+    cut_inside = cut and _reaches_the_end(comp.text, output)
+    refined = answer_of(job.kind, steps, call.iteration - 1) if call.iteration else None
+    if cut_inside and repair:  # asked again at once: nothing to check
+        return Step(
+            call.role, parsed=None, output=output, error=_cut_error(True, "answer"), **common
+        )
+    copied = (
+        job.strategies.copy_retry
+        and call.kind in (Kind.ANSWER, Kind.SAMPLE)
+        and refined is not None
+        and _same(output, refined.output)
+    )
+    if copied:  # the copy guard's one retry follows
+        copy = {"type": Superseded.COPY, "message": "identical to its input; asked once more"}
+        return Step(call.role, parsed=None, output=output, error=copy, **common)
+    if cut_inside:
+        output = job.kind.cut(output)
+    metrics, found = await _evaluate(job, record, output, checks)
+    if checks and cut_inside:
+        found = [*(found or []), CUT_OFF]  # a verified problem: the refinement shortens it
+    if job.select in job.kind.selections:
+        rule = job.kind.selections[job.select]
+        outputs = [d.output or "" for d in drafts(steps)] + [output]
+        measured = await anyio.to_thread.run_sync(
+            rule.measure, job.shown_fields(record.fields), outputs
+        )
+        if measured is not None:
+            metrics = {**(metrics or {}), rule.name: measured}
+    error = _cut_error(False, "answer") if cut else None
+    return Step(
+        call.role, parsed=None, output=output, metrics=metrics, checks=found, error=error, **common
+    )
+
+
+def failed_step(call: Call, err: CallError) -> Step:
+    """A call that failed for good, as its trace shows it: no response, the error, each try."""
+    return Step(
+        call.role,
+        call.iteration,
+        err.messages if err.messages is not None else call.messages,
+        None,
+        None,
+        {"prompt_tokens": 0, "completion_tokens": 0},
+        round(sum(t.latency_s for t in err.tries), 4),
+        err.attempts,
+        error=err.as_dict(),
+        model=err.model,
+        tries=tuple(err.tries),
+        kind=call.kind,
+    )
+
+
+def finish(
+    job: Job,
+    record: Record,
+    steps: Sequence[Step],
+    reason: str,
+    error: dict[str, Any] | None = None,
+) -> Outcome:
+    """The record's outcome from its steps: the chosen answer, and why the loop stopped."""
+    choice = choose(job, steps, job.select)
+    index = {id(s): i for i, s in enumerate(steps)}
+    output = tests = None
+    if choice.step is not None and choice.step.output is not None:
+        output, tests = job.kind.parts(choice.step.output)
+    found = answers(job.kind, steps)
+    return Outcome(
+        record=record,
+        status="failed" if error else "done",
+        output=output,
+        iterations=max((a.iteration for a in found), default=0),
+        chosen_iteration=None if choice.step is None else choice.step.iteration,
+        stop_reason=str(reason),
+        score=choice.score,
+        steps=tuple(steps),
+        error=error,
+        scores=choice.scores,
+        tests=tests,
+        chosen_step=None if choice.step is None else index[id(choice.step)],
+        answer_steps=tuple(index[id(a)] for a in found),
+        chosen_by=choice.by,
+    )
+
+
+def call_failed(
+    job: Job, record: Record, steps: Sequence[Step], call: Call, err: CallError
+) -> Outcome:
+    """The outcome of a record whose call failed for good: failed, the call in its trace."""
+    error = {"type": err.kind, "message": f"{call.role} (iteration {call.iteration}): {err}"}
+    return finish(job, record, [*steps, failed_step(call, err)], Why.ERROR, error)
+
+
+async def refine_record(
+    record: Record,
+    job: Job,
+    client: ModelClient,
+    sink: StepSink,
+    policy: Policy,
+    *,
+    critic: ModelClient | None = None,
+    prior: Sequence[Step] = (),
+) -> Outcome:
+    """Run (or resume, from ``prior``) the loop for one record.
+
+    Feedback calls go to ``critic`` when given. A call that fails for good fails the
+    record (its trace keeps the failed call); a FatalCallError or BudgetReached
+    propagates so the run can stop, leaving the record to be resumed.
+    """
+    steps = list(prior)
+    while True:
+        call = next_call(job, record, steps, policy)
+        if isinstance(call, Stop):
+            return finish(job, record, steps, call.reason)
+        model = critic if critic is not None and call.role == "feedback" else client
+        try:
+            comp = await model.complete(
+                call.messages,
+                schema=call.schema,
+                temperature=call.temperature,
+                max_tokens=call.max_tokens,
+                **call.options(),
+            )
+        except FatalCallError:
+            raise
+        except CallError as err:
+            if err.model is None:
+                err.model = model.model
+            return call_failed(job, record, steps, call, err)
+        if comp.model is None:
+            comp = replace(comp, model=model.model)
+        step = await make_step(job, record, call, comp, steps, policy.checks)
+        await sink.save(record.id, len(steps), step)
+        steps.append(step)

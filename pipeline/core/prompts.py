@@ -1,0 +1,157 @@
+"""Building each call's messages: a record's calls form one conversation.
+
+::
+
+    system      the job's system message (the same for every record: cached across them)
+    user        the generate prompt, with the record's input              -> answer 0
+    assistant   answer 0
+    user        the feedback prompt (with what the checks found)          -> feedback 0
+    assistant   feedback 0
+    user        the refine prompt                                         -> answer 1
+    assistant   answer 1
+    user        the feedback prompt ...
+
+Each call sends the conversation up to its own request, the role's instruction last, so
+every call's messages extend the previous call's as they were sent: a provider's prefix
+cache serves the history once, and every refine call carries the record's input, the
+latest answer, its feedback (the critic's, and the checks' findings) and every earlier
+(answer, feedback) pair, which is Self-Refine's invariant. The only call outside the
+conversation is strategy ``restart``'s, which by design leaves the failing answer out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from .feedback import render_feedback
+from .jobs import Job, placeholders, render
+from .records import Record
+from .steps import Kind, Role, Step
+
+__all__ = [
+    "CHECKS_HEADING",
+    "DEFAULT_RESTART",
+    "build_messages",
+    "feedback_request",
+    "feedback_text",
+    "findings_text",
+    "opening",
+]
+
+# Before the checks' findings, where a feedback prompt does not place them itself.
+CHECKS_HEADING = "Automatic checks were run on this answer. They found:"
+DEFAULT_RESTART = (
+    "An earlier answer to this was checked automatically, which found:\n\n{{findings}}\n\n"
+    "Write a new answer from the start that avoids these problems, in the form asked above."
+)
+
+
+def field_text(value: Any, join: str = ", ") -> str:
+    """A field's value as a prompt shows it."""
+    if value is None:  # an absent optional field, or null
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return join.join(value)
+    return orjson.dumps(value).decode()
+
+
+def _values(job: Job, record: Record) -> dict[str, str]:
+    """The placeholder values of the record's fields shown to the model."""
+    return {
+        f.name: field_text(record.fields.get(f.name), f.join)
+        for f in job.inputs
+        if f.use == "prompt"
+    }
+
+
+def opening(job: Job, record: Record, extra: str | None = None) -> list[dict[str, str]]:
+    """The conversation's start: the system message and the generate prompt (``extra``
+    after it, for a restart)."""
+    prompt = render(job.generate_prompt, _values(job, record))
+    if extra:
+        prompt = f"{prompt.rstrip()}\n\n{extra}"
+    messages = [{"role": "system", "content": job.system_prompt}] if job.system_prompt else []
+    return [*messages, {"role": "user", "content": prompt}]
+
+
+def findings_text(found: Sequence[str] | None) -> str:
+    """Check findings as a prompt shows them: a "- " line each, "(none)", or "(not checked)"."""
+    if found is None:
+        return "(not checked)"
+    return "\n".join(f"- {text}" for text in found) if found else "(none)"
+
+
+def feedback_request(job: Job, record: Record, answer: Step) -> str:
+    """The user turn asking for feedback on ``answer``, with what its checks found: where
+    the prompt has ``{{findings}}``, there; else after it, when they found something."""
+    values = {**_values(job, record), "findings": findings_text(answer.checks)}
+    prompt = render(job.feedback_prompt, values)
+    if "findings" in placeholders(job.feedback_prompt) or not answer.checks:
+        return prompt
+    return f"{CHECKS_HEADING}\n{findings_text(answer.checks)}\n\n{prompt}"
+
+
+def feedback_text(job: Job, step: Step) -> str:
+    """The critic's feedback as the conversation shows it (its raw reply when unparsed)."""
+    return render_feedback(
+        step.parsed,
+        step.response or "",
+        actions_field=job.actions_field,
+        done_field=job.done_field,
+        score_field=job.score_field,
+    )
+
+
+def _main_call(steps: Sequence[Step], iteration: int) -> Step:
+    """The method's own answer call of ``iteration`` (its messages are the conversation)."""
+    return next(
+        s
+        for s in steps
+        if s.role != "feedback" and s.iteration == iteration and s.kind is Kind.ANSWER
+    )
+
+
+def _latest_feedback(steps: Sequence[Step], iteration: int) -> Step:
+    return next(s for s in reversed(steps) if s.role == "feedback" and s.iteration == iteration)
+
+
+def build_messages(
+    job: Job,
+    record: Record,
+    role: Role,
+    kind: Kind,
+    iteration: int,
+    steps: Sequence[Step],
+    answer: Step | None = None,
+) -> list[dict[str, str]]:
+    """The chat messages of one call, exactly as they will be sent.
+
+    ``answer``: for a feedback call, the answer it reviews; for a refine or restart call,
+    the answer it refines (each iteration's answer is the draft its loop went on with).
+    """
+    if kind in (Kind.REPAIR, Kind.COPY_RETRY):
+        return [dict(m) for m in steps[-1].messages]  # asked again exactly as it was
+    if role == "generate":
+        return opening(job, record)
+    assert answer is not None and answer.output is not None
+    if kind is Kind.RESTART:
+        values = {**_values(job, record), "findings": findings_text(answer.checks)}
+        return opening(job, record, render(job.restart_prompt or DEFAULT_RESTART, values))
+    if role == "feedback":
+        before = _main_call(steps, iteration).messages
+        return [
+            *[dict(m) for m in before],
+            {"role": "assistant", "content": job.kind.shown(answer.output)},
+            {"role": "user", "content": feedback_request(job, record, answer)},
+        ]
+    feedback = _latest_feedback(steps, iteration - 1)
+    return [
+        *[dict(m) for m in feedback.messages],
+        {"role": "assistant", "content": feedback_text(job, feedback)},
+        {"role": "user", "content": render(job.refine_prompt, _values(job, record))},
+    ]
