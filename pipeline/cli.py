@@ -115,6 +115,32 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="do not run the job's checks (critic-only feedback, as in the paper)",
     )
     p.add_argument(
+        "--strategy",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="an extra-call strategy, off by default (repeatable): samples=N drafts every "
+        "answer N times (N-1 more calls per answer; with --max-iters 0, best-of-N), restart "
+        "drafts a failing answer afresh from its findings (one more call per such "
+        "refinement), copy-retry asks a refinement that copied its input again, hotter (one "
+        "more call per copy); NAME=off turns a job's own off. `refine estimate` counts them",
+    )
+    p.add_argument(
+        "--no-repair",
+        dest="repair",
+        action="store_const",
+        const=False,
+        default=None,
+        help="do not ask a call cut off at max_tokens once more (repair is on by default)",
+    )
+    p.add_argument(
+        "--select",
+        metavar="RULE",
+        help="how the output is chosen: default (the best passing iteration by the "
+        "critic's score, else the latest), or a rule the job's kind offers "
+        "(code-improve: pooled, the draft passing most of the tests all drafts wrote)",
+    )
+    p.add_argument(
         "--id-field",
         default=_DEFAULTS.id_field,
         help="input field holding the record id (default %(default)s; "
@@ -383,6 +409,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         max_iters=args.max_iters,
         min_iters=args.min_iters,
         checks=args.checks,
+        strategy=tuple(args.strategy),
+        repair=args.repair,
+        select=args.select,
         concurrency=getattr(args, "concurrency", _DEFAULTS.concurrency),
         rpm=getattr(args, "rpm", None),
         tpm=getattr(args, "tpm", None),
@@ -501,6 +530,9 @@ def _cmd_jobs(_: argparse.Namespace) -> int:
         _Console.print(f"{name:<20} {fields}")
         if job.description:
             _Console.print(f"{'':<20} {job.description}")
+        extra = ", ".join(job.kind.selections)
+        if extra:
+            _Console.print(f"{'':<20} selection rules beside the default: {extra}")
     return 0
 
 
