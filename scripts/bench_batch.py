@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, arun  # noqa: E402
-from pipeline.batch import BatchConfig, OpenAIBatchAPI, open_clients, read_ledger  # noqa: E402
-from pipeline.batch.ledger import custom_ids  # noqa: E402
+from pipeline.backends.batch import BatchConfig, OpenAIBatchAPI, open_clients, read_ledger  # noqa: E402
+from pipeline.backends.batch.ledger import custom_ids  # noqa: E402
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402
 
 MODEL = "gpt-4o-mini"  # a model with a price, so dollars can be compared

@@ -31,7 +31,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.records import count_records  # noqa: E402
+from pipeline.io.records import count_records  # noqa: E402
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402
 
 PREAMBLE = (

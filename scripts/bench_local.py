@@ -42,11 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import load_job  # noqa: E402
+from pipeline.backends.local import DEFAULT_SLOTS, LocalServer, resolve_model  # noqa: E402
+from pipeline.backends.local.server import SLOTS_ENV  # noqa: E402
 from pipeline.core.answers import extract_code  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
-from pipeline.local import DEFAULT_SLOTS, LocalServer, resolve_model  # noqa: E402
-from pipeline.local.server import SLOTS_ENV  # noqa: E402
-from pipeline.records import read_records  # noqa: E402
+from pipeline.io.records import read_records  # noqa: E402
 from pipeline.sandbox import syntax_problem  # noqa: E402
 
 RECORDS = ROOT / "scripts" / "data" / "bench_local.jsonl"
@@ -210,7 +210,7 @@ def main() -> None:
         )
     print(
         f"\ndefault slots: {pick_slots(best)} (smallest level within 5% of the best; "
-        f"pipeline.local.DEFAULT_SLOTS is {DEFAULT_SLOTS})"
+        f"pipeline.backends.local.DEFAULT_SLOTS is {DEFAULT_SLOTS})"
     )
     if args.tune:
         variants: list[tuple[str, dict[str, object]]] = [

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline import Settings, arun, load_job  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
 from pipeline.core.records import Record  # noqa: E402
-from pipeline.records import read_records  # noqa: E402
+from pipeline.io.records import read_records  # noqa: E402
 
 
 @contextmanager

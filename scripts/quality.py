@@ -46,8 +46,8 @@ from pipeline.core.drafts import answers  # noqa: E402
 from pipeline.core.jobs import Job  # noqa: E402
 from pipeline.core.loader import load_job  # noqa: E402
 from pipeline.core.steps import Step  # noqa: E402
+from pipeline.runs.settings import effective_job  # noqa: E402
 from pipeline.sandbox import run_tests  # noqa: E402
-from pipeline.settings import effective_job  # noqa: E402
 
 DATA = ROOT / "scripts" / "data"
 SUITES = ("code-suite", "code-fresh", "code-third", "code-fourth")

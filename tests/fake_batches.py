@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.batch.api import BatchInfo, BatchIssue, FileInfo
+from pipeline.backends.batch.api import BatchInfo, BatchIssue, FileInfo
 from pipeline.errors import AuthError, CallError
 
 Body = dict[str, Any]

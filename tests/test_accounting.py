@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from pipeline import FatalCallError, Settings, run
-from pipeline.status import collect, render
+from pipeline.commands.status import collect, render
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.fakes import ScriptedClient
 from tests.helpers import read_jsonl, tasks, write_jsonl

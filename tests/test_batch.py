@@ -11,12 +11,12 @@ import orjson
 import pytest
 
 from pipeline import RunSummary, Settings, run
-from pipeline.batch import BatchClients, BatchConfig, Side, cancel, read_ledger
-from pipeline.batch.api import BatchIssue
+from pipeline.backends.batch import BatchClients, BatchConfig, Side, cancel, read_ledger
+from pipeline.backends.batch.api import BatchIssue
+from pipeline.client.formats import FormatLadder
+from pipeline.client.prices import PriceBook
+from pipeline.commands.status import collect
 from pipeline.core.steps import Completion
-from pipeline.formats import FormatLadder
-from pipeline.prices import PriceBook
-from pipeline.status import collect
 from tests.fake_batches import FakeBatchAPI, FakeClock, answer_text, completion
 from tests.fakes import ScriptedClient
 from tests.helpers import read_jsonl, tasks, write_jsonl

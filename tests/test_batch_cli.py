@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.rundir import RunDir
+from pipeline.runs.rundir import RunDir
 from tests.helpers import tasks, write_jsonl
 from tests.test_cli import refine
 

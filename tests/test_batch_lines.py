@@ -8,12 +8,19 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.batch.api import BatchInfo
-from pipeline.batch.config import BatchConfig
-from pipeline.batch.ledger import Ledger, read_ledger
-from pipeline.batch.lines import Answer, custom_id, input_line, line_index, read_result, split
+from pipeline.backends.batch.api import BatchInfo
+from pipeline.backends.batch.config import BatchConfig
+from pipeline.backends.batch.ledger import Ledger, read_ledger
+from pipeline.backends.batch.lines import (
+    Answer,
+    custom_id,
+    input_line,
+    line_index,
+    read_result,
+    split,
+)
 from pipeline.errors import AuthError, BatchFailed, CallError, ConfigError
-from pipeline.progress import Counters
+from pipeline.runs.progress import Counters
 
 
 @pytest.mark.parametrize(

@@ -23,9 +23,9 @@ import openai
 import pytest
 
 from pipeline import RunSummary, Settings, arun
-from pipeline.batch import BatchConfig, open_clients, read_ledger
-from pipeline.batch.api import LIST_PAGE, OpenAIBatchAPI, find_upload
-from pipeline.batch.ledger import custom_ids
+from pipeline.backends.batch import BatchConfig, open_clients, read_ledger
+from pipeline.backends.batch.api import LIST_PAGE, OpenAIBatchAPI, find_upload
+from pipeline.backends.batch.ledger import custom_ids
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 

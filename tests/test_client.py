@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.client import OpenAIClient, redact
+from pipeline.client.chat import OpenAIClient, redact
+from pipeline.client.limits import Limiter
 from pipeline.errors import AuthError, CallError, FatalCallError, UnavailableError
-from pipeline.limits import Limiter
 from pipeline.testing.simulator import SimConfig, Simulator
 
 SCHEMA: dict[str, Any] = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from pipeline.cluster.messages import PaceAsk
-from pipeline.cluster.pacing import RemoteLimiter, answer
-from pipeline.limits import SLOWDOWN, Booking
+from pipeline.backends.cluster.messages import PaceAsk
+from pipeline.backends.cluster.pacing import RemoteLimiter, answer
+from pipeline.client.limits import SLOWDOWN, Booking
 from tests.test_limits import FakeClock, make_limiter
 
 

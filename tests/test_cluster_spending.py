@@ -7,10 +7,10 @@ from typing import Any
 import anyio
 import pytest
 
-from pipeline.budget import Budget, Reservation
-from pipeline.cluster.spending import Accounts, RemoteBudget
+from pipeline.backends.cluster.spending import Accounts, RemoteBudget
+from pipeline.client.budget import Budget, Reservation
+from pipeline.client.prices import Price, PriceBook
 from pipeline.errors import BudgetReached
-from pipeline.prices import Price, PriceBook
 
 pytestmark = pytest.mark.anyio
 

@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 from pipeline import render_status
-from pipeline.cluster.jobfiles import JobFiles
-from pipeline.cluster.messages import (
+from pipeline.backends.cluster.jobfiles import JobFiles
+from pipeline.backends.cluster.messages import (
     Assignment,
     Event,
     Finished,
@@ -23,20 +23,14 @@ from pipeline.cluster.messages import (
     Saved,
     WireError,
 )
-from pipeline.cluster.worker import Worker, WorkerSpec
+from pipeline.backends.cluster.worker import Worker, WorkerSpec
+from pipeline.client.prices import PriceBook
 from pipeline.core.loader import load_job
 from pipeline.core.records import Record
 from pipeline.core.steps import Outcome, Step
-from pipeline.errors import (
-    AuthError,
-    BudgetReached,
-    ConfigError,
-    FatalCallError,
-    UnavailableError,
-)
-from pipeline.prices import PriceBook
-from pipeline.runner import _Endpoint
-from pipeline.settings import Settings, resolve
+from pipeline.errors import AuthError, BudgetReached, ConfigError, FatalCallError, UnavailableError
+from pipeline.runs.clients import Endpoint
+from pipeline.runs.settings import Settings, resolve
 from pipeline.testing.simulator import SimConfig, Simulator
 
 pytestmark = pytest.mark.anyio
@@ -172,7 +166,7 @@ def spec(url: str, **settings: object) -> WorkerSpec:
     """What a worker of a code-improve run against ``url`` is built from."""
     job = load_job("code-improve")
     s = resolve(Settings(model="sim-model", base_url=url, **settings), job.max_iters)  # type: ignore[arg-type]
-    endpoint = _Endpoint("sim-model", "sim-model", (url,), "json_schema", None)
+    endpoint = Endpoint("sim-model", "sim-model", (url,), "json_schema", None)
     return WorkerSpec(JobFiles.of(job), s, endpoint, None, PriceBook(), budgeted=False)
 
 
@@ -320,7 +314,7 @@ async def test_worker_gate_passes_a_cut_off_retrys_frequency_penalty() -> None:
     """The worker's client wrapper hands every sampling setting on, the penalty included."""
     from types import SimpleNamespace
 
-    from pipeline.cluster.worker import _Gate
+    from pipeline.backends.cluster.worker import _Gate
     from tests.fakes import ScriptedClient
 
     inner = ScriptedClient(["short answer"])

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from pipeline import Settings, run
-from pipeline import endpoints as endpoints_mod
-from pipeline.endpoints import PROBE_EVERY_S, Endpoint, Endpoints
-from pipeline.outage import Outage
+from pipeline.client import endpoints as endpoints_mod
+from pipeline.client.endpoints import PROBE_EVERY_S, Endpoint, Endpoints
+from pipeline.client.outage import Outage
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 from tests.test_limits import FakeClock

@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from pipeline import Settings, load_job
-from pipeline.estimate import from_prompts, from_sample, render, run_estimate
-from pipeline.prices import Price, PriceBook
-from pipeline.settings import effective_job
+from pipeline.client.prices import Price, PriceBook
+from pipeline.commands.estimate import from_prompts, from_sample, render, run_estimate
+from pipeline.runs.settings import effective_job
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
@@ -73,8 +73,8 @@ def test_the_layout_lets_a_cache_serve_the_history(tmp_path: Path) -> None:
 def test_a_local_critic_is_sized_with_the_schema_in_its_prompt(tmp_path: Path) -> None:
     """The local server's critic reads the schema spelled out in its prompt (its grammar
     shows the model nothing): each of its feedback prompts is sized with it."""
-    from pipeline.formats import schema_instruction
-    from pipeline.limits import estimate_tokens
+    from pipeline.client.formats import schema_instruction
+    from pipeline.client.limits import estimate_tokens
 
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(10))
     local = {**MODELS, "feedback": "local:tiny"}

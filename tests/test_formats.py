@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.formats import FORMAT_VOTES, FormatLadder, format_refused, schema_instruction
+from pipeline.client.formats import FORMAT_VOTES, FormatLadder, format_refused, schema_instruction
 
 SCHEMA = {
     "type": "object",

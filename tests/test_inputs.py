@@ -15,13 +15,14 @@ import orjson
 import pytest
 
 from pipeline import ConfigError
+from pipeline.commands.status import collect
 from pipeline.core.jobs import InputField
+from pipeline.core.records import Record
 from pipeline.errors import InputError
-from pipeline.inputs import InputFormat, check_input, count_rows, fingerprint, same_input
-from pipeline.inputs.csvfile import cell_value
-from pipeline.inputs.formats import sniff
-from pipeline.records import Record, read_records
-from pipeline.status import collect
+from pipeline.io.inputs import InputFormat, check_input, count_rows, fingerprint, same_input
+from pipeline.io.inputs.csvfile import cell_value
+from pipeline.io.inputs.formats import sniff
+from pipeline.io.records import read_records
 from pipeline.testing.simulator import Simulator
 from tests.helpers import concept_rows, read_jsonl, run_commongen
 
@@ -157,7 +158,7 @@ def test_zstd_without_its_extra_names_the_extra(
     path.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 10)
     real = __import__("importlib.util").util.find_spec
     monkeypatch.setattr(
-        "pipeline.inputs.formats.importlib.util.find_spec",
+        "pipeline.io.inputs.formats.importlib.util.find_spec",
         lambda name, *a: None if name == "zstandard" else real(name, *a),
     )
     with pytest.raises(ConfigError, match=r"refine\[zstd\]"):
@@ -498,7 +499,7 @@ def test_run_does_not_wait_for_the_input_count(
                 first_call.set()
             time.sleep(0.002)
 
-    monkeypatch.setattr("pipeline.runner.count_records", endless_count)
+    monkeypatch.setattr("pipeline.runs.session.count_records", endless_count)
     inp = tmp_path / "in.jsonl.gz"
     inp.write_bytes(gzip.compress(jsonl(concept_rows(5))))
     watcher = threading.Thread(target=watch, daemon=True)

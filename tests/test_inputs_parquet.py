@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from pipeline import ConfigError
+from pipeline.commands.status import collect
 from pipeline.core.jobs import InputField
+from pipeline.core.records import Record
 from pipeline.errors import InputError
-from pipeline.inputs import check_input, count_rows, fingerprint, same_input
-from pipeline.inputs.parquet import json_value, parquet_identity
-from pipeline.records import Record, read_records
-from pipeline.status import collect
+from pipeline.io.inputs import check_input, count_rows, fingerprint, same_input
+from pipeline.io.inputs.parquet import json_value, parquet_identity
+from pipeline.io.records import read_records
 from pipeline.testing.simulator import Simulator
 from tests.helpers import concept_rows, read_jsonl, run_commongen
 

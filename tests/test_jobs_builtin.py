@@ -28,7 +28,7 @@ from pipeline.core.loop import Call, Policy, Stop, make_step, next_call
 from pipeline.core.records import Record
 from pipeline.core.steps import Completion, Step
 from pipeline.errors import InputError
-from pipeline.records import read_records
+from pipeline.io.records import read_records
 from pipeline.testing.simulator import Simulator
 from tests.helpers import SHARED_DATA
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pipeline.limits import (
+from pipeline.client.limits import (
     BURST_S,
     MIN_FACTOR,
     RECOVERY_PER_S,

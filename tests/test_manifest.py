@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from pipeline import ConfigError, RunDirError, Settings, run
-from pipeline.manifest import InputInfo, JobInfo, Manifest, refuse_different
-from pipeline.rundir import Expected, RunDir
-from pipeline.settings import DEFAULT_TIMEOUT_S, LOCAL_TIMEOUT_S, parse_shard, resolve
+from pipeline.runs.manifest import InputInfo, JobInfo, Manifest, refuse_different
+from pipeline.runs.rundir import Expected, RunDir
+from pipeline.runs.settings import DEFAULT_TIMEOUT_S, LOCAL_TIMEOUT_S, parse_shard, resolve
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import tasks, write_jsonl
 
@@ -180,7 +180,7 @@ def test_resume_keeps_the_local_model_a_run_started_with(tmp_path: Path) -> None
     its manifest records, not on whatever the default is now; a model named stays named."""
     from dataclasses import replace
 
-    from pipeline.local import DEFAULT_MODEL
+    from pipeline.backends.local import DEFAULT_MODEL
     from pipeline.runner import resume_args
 
     rd = RunDir(tmp_path / "run")

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from pipeline.progress import Counters, Progress
+from pipeline.runs.progress import Counters, Progress
 
 
 class _Tty(io.StringIO):

@@ -8,8 +8,9 @@ import orjson
 import pytest
 
 from pipeline.core.jobs import InputField
+from pipeline.core.records import Record, record_id
 from pipeline.errors import InputError
-from pipeline.records import Record, fingerprint, read_records, record_id, same_input
+from pipeline.io.records import fingerprint, read_records, same_input
 from tests.helpers import write_jsonl
 
 INPUTS = (

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.errors import AuthError, CallError, FatalCallError
-from pipeline.retry import (
+from pipeline.client.retry import (
     OUTAGE_PROBE_CAP_S,
     RETRY_AFTER_CAP_S,
     Decision,
@@ -18,6 +17,7 @@ from pipeline.retry import (
     retry_after,
     set_testing,
 )
+from pipeline.errors import AuthError, CallError, FatalCallError
 
 
 @pytest.mark.parametrize(

@@ -11,19 +11,10 @@ import anyio
 import orjson
 import pytest
 
-from pipeline import (
-    ConfigError,
-    RunDirError,
-    RunLocked,
-    RunSummary,
-    Settings,
-    arun,
-    load_job,
-    run,
-)
+from pipeline import ConfigError, RunDirError, RunLocked, RunSummary, Settings, arun, load_job, run
+from pipeline.commands.status import collect
 from pipeline.core.steps import Step
-from pipeline.rundir import RunDir
-from pipeline.status import collect
+from pipeline.runs.rundir import RunDir
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.fakes import ScriptedClient
 from tests.helpers import read_jsonl, tasks, write_jsonl

@@ -15,9 +15,9 @@ import orjson
 import pytest
 
 from pipeline import ConfigError, RunDirError, Settings, resume, run, run_status
-from pipeline.merge import merge
-from pipeline.rundir import RunDir
-from pipeline.shards import shard_of
+from pipeline.io.merge import merge
+from pipeline.runs.rundir import RunDir
+from pipeline.runs.shards import shard_of
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
@@ -36,7 +36,7 @@ def test_every_id_has_one_shard_and_shards_are_even(count: int) -> None:
 def test_shards_do_not_depend_on_the_process() -> None:
     """Another interpreter (another hash seed, another machine) puts every id in the same shard."""
     code = (
-        "import sys, orjson; from pipeline.shards import shard_of; "
+        "import sys, orjson; from pipeline.runs.shards import shard_of; "
         "print(orjson.dumps([shard_of(i, 7) for i in orjson.loads(sys.stdin.read())]).decode())"
     )
     out = subprocess.run(

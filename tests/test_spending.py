@@ -10,10 +10,10 @@ import orjson
 import pytest
 
 from pipeline import BudgetReached, ConfigError, RunDirError, Settings, run
-from pipeline.budget import PROMPT_MARGIN, Budget
+from pipeline.client.budget import PROMPT_MARGIN, Budget
+from pipeline.client.prices import BUILTIN, Price, PriceBook, load_prices
+from pipeline.commands.status import collect, render
 from pipeline.core.steps import Step
-from pipeline.prices import BUILTIN, Price, PriceBook, load_prices
-from pipeline.status import collect, render
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 

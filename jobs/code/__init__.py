@@ -10,10 +10,10 @@
 Runs code only through ``pipeline.sandbox``; the engine (``pipeline.core``) knows none of it.
 """
 
-from .checks import Checked, check_answer, findings, metrics, stated_examples
-from .kind import CodeWithTests
-from .program import TESTS_MARKER, code_with_tests, join, split, split_tests
-from .select import FILTERS, Pooled
+from jobs.code.checks import Checked, check_answer, findings, metrics, stated_examples
+from jobs.code.kind import CodeWithTests
+from jobs.code.program import TESTS_MARKER, code_with_tests, join, split, split_tests
+from jobs.code.select import FILTERS, Pooled
 
 __all__ = [
     "FILTERS",

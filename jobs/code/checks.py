@@ -14,11 +14,10 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from jobs.code.program import normalized, split, split_tests
 from pipeline.core.answers import comment_commentary
 from pipeline.core.pyast import parsed, parsed_expression
 from pipeline.sandbox import TestsRun, run_tests, syntax_problem
-
-from .program import normalized, split, split_tests
 
 __all__ = ["SHOWN_FAILURES", "Checked", "check_answer", "findings", "metrics", "stated_examples"]
 

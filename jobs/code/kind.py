@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from jobs.code.program import code_with_tests, split, without_unfinished_test
+from jobs.code.select import Pooled
 from pipeline.core.kinds import Selection, Text, check_rank
 from pipeline.core.steps import Step
-
-from .program import code_with_tests, split, without_unfinished_test
-from .select import Pooled
 
 __all__ = ["CodeWithTests"]
 

@@ -16,11 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.code.program import normalized, pooled_tests, split
 from pipeline.core.pyast import parsed
 from pipeline.core.steps import Step
 from pipeline.sandbox import run_calls, run_tests, syntax_problem
-
-from .program import normalized, pooled_tests, split
 
 __all__ = ["FILTERS", "NAME", "Pooled", "calls_tested", "measure_pool"]
 

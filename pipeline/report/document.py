@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from ..manifest import now_iso
+from ..runs.manifest import now_iso
 from .aggregate import Cell, Measure, RunReport, Spend
 
 __all__ = [

@@ -16,9 +16,9 @@ from typing import Any, Final, Literal, Protocol
 
 import orjson
 
+from ..client.prices import PriceBook, price_book
 from ..errors import ConfigError
-from ..prices import PriceBook, price_book
-from ..rundir import RunDir
+from ..runs.rundir import RunDir
 
 __all__ = [
     "SCORE",

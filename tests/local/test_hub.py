@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.local import (
+from pipeline.backends.local import (
     HubFile,
     ModelFetchError,
     ModelIntegrityError,
@@ -16,7 +16,7 @@ from pipeline.local import (
     parse_hub_ref,
     resolve_model,
 )
-from pipeline.local.hub import format_hub_ref
+from pipeline.backends.local.hub import format_hub_ref
 
 from .fakes import (
     FakeDownloader,

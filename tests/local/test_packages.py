@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ConfigError
-from pipeline.local import (
+from pipeline.backends.local import (
     DEFAULT_MODEL,
     MODELS,
     LocalModelError,
@@ -18,6 +17,7 @@ from pipeline.local import (
     default_cache_dir,
     ensure_model_file,
 )
+from pipeline.errors import ConfigError
 
 from .fakes import PARTS, FakeDownloader, build_wheels, chunks, quiet, spec_for
 

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from pipeline import Settings, load_job
-from pipeline.local import (
+from pipeline.backends.local import (
     DEFAULT_MODEL,
     MODELS,
     LlamaCppMissingError,

@@ -12,9 +12,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pipeline import Settings, local
+from pipeline import Settings
+from pipeline.backends.local import LlamaCppMissingError, LocalModel, LocalServer
+from pipeline.backends.local import serving as local
 from pipeline.errors import ConfigError
-from pipeline.local import LlamaCppMissingError, LocalModel, LocalServer
 from pipeline.runner import arun
 
 from .fakes import FAKE_SERVER
@@ -95,16 +96,16 @@ async def test_local_run_records_slots_structured_level_and_provenance(
 @pytest.mark.anyio
 async def test_embedded_model_is_recorded_and_priced_as_local() -> None:
     """The server gets its own model name; traces, prices and the budget see ``local:NAME``."""
-    from pipeline.budget import Budget
-    from pipeline.prices import PriceBook
-    from pipeline.runner import _Endpoint, _open_client
-    from pipeline.settings import resolve
+    from pipeline.client.budget import Budget
+    from pipeline.client.prices import PriceBook
+    from pipeline.runs.clients import Endpoint, open_client
+    from pipeline.runs.settings import resolve
     from pipeline.testing.simulator import SimConfig, Simulator
 
     with Simulator(SimConfig(models=("tiny",))) as sim:
-        endpoint = _Endpoint("tiny", "local:tiny", (sim.url,), "json_schema", 1)
+        endpoint = Endpoint("tiny", "local:tiny", (sim.url,), "json_schema", 1)
         budget = Budget(None, PriceBook())
-        client = _open_client(endpoint, resolve(Settings(), 1), None, budget)
+        client = open_client(endpoint, resolve(Settings(), 1), None, budget)
         try:
             comp = await client.complete(
                 [{"role": "user", "content": "hi"}], schema=None, temperature=0.0, max_tokens=16
@@ -123,20 +124,21 @@ async def test_the_local_critic_is_shown_the_schema_its_grammar_enforces(
 ) -> None:
     """A local server's client sends json_schema whole, string lengths included (its grammar
     enforces them), and spells the schema out in the prompt, which the server does not."""
-    from pipeline.budget import Budget
+    from pipeline.backends.local.serving import serve
+    from pipeline.client.budget import Budget
+    from pipeline.client.prices import PriceBook
     from pipeline.core.loader import load_job
-    from pipeline.prices import PriceBook
-    from pipeline.runner import _local_server, _open_client
-    from pipeline.settings import resolve
+    from pipeline.runs.clients import open_client
+    from pipeline.runs.settings import resolve
     from pipeline.testing.simulator import SimConfig, Simulator
 
     _fake_local(tmp_path, monkeypatch)
     schema = load_job("code-improve").feedback_schema
     assert schema is not None
-    async with _local_server(None, tmp_path, 2) as endpoint:
+    async with serve(None, tmp_path, 2) as endpoint:
         assert endpoint.structured == "json_schema"
         with Simulator(SimConfig(models=("tiny",))) as sim:
-            client = _open_client(
+            client = open_client(
                 replace(endpoint, urls=(sim.url,)), resolve(Settings(), 1), None,
                 Budget(None, PriceBook()),
             )  # fmt: skip

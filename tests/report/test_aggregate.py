@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pipeline import ConfigError
-from pipeline.prices import PriceBook
+from pipeline.client.prices import PriceBook
 from pipeline.report import Distribution, Spend, summarize
 from pipeline.report.aggregate import Summary
 from pipeline.report.source import SCORE, Pricing, RunInfo, Scan, record_values

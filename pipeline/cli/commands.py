@@ -1,0 +1,177 @@
+"""What each ``refine`` subcommand does: call the library, print what it says."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import orjson
+
+from ..commands import estimate as estimate_mod
+from ..commands import status as status_mod
+from ..core.jobs import builtin_jobs
+from ..core.loader import load_job
+from ..io import merge as merge_mod
+from ..io.export import export
+from ..runner import RunSummary, aresume, arun
+from .parser import settings_from_args
+
+__all__ = ["COMMANDS", "Console"]
+
+log = logging.getLogger("refine")
+
+
+class Console:
+    """Standard output that a closed pipe (``refine ... | head``) cannot crash."""
+
+    closed = False
+
+    @classmethod
+    def print(cls, *args: Any, file: Any = None) -> None:
+        """Print to stdout (or ``file``) unless the reader has gone away."""
+        if cls.closed and file is None:
+            return
+        try:
+            print(*args, file=file or sys.stdout, flush=True)
+        except BrokenPipeError:
+            cls._silence()
+
+    @classmethod
+    def _silence(cls) -> None:
+        # Later writes (and the interpreter's flush at exit) go nowhere, quietly.
+        cls.closed = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _print_summary(summary: RunSummary) -> None:
+    c = summary.counters
+    Console.print(f"{summary.state}: {c.line()}")
+    Console.print(f"outputs: {summary.run_dir / 'outputs.jsonl'}")
+    Console.print(f"traces:  {summary.run_dir / 'traces.jsonl'}")
+    if c.bad_lines:
+        Console.print(
+            f"errors:  {summary.run_dir / 'errors.jsonl'} ({c.bad_lines} unreadable lines)"
+        )
+    if summary.message:
+        Console.print(summary.message, file=sys.stderr)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    summary = anyio.run(
+        lambda: arun(
+            args.job,
+            args.input,
+            args.out,
+            settings,
+            show_progress=not args.quiet,
+            install_signal_handlers=True,
+        )
+    )
+    _print_summary(summary)
+    return summary.exit_code
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    summary = anyio.run(
+        lambda: aresume(args.run_dir, show_progress=not args.quiet, install_signal_handlers=True)
+    )
+    _print_summary(summary)
+    return summary.exit_code
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    info = status_mod.collect(args.run_dir)
+    if args.json:
+        Console.print(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode())
+    else:
+        Console.print(status_mod.render(info))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from ..report import DETAIL_LIMIT, read_ids, write_report
+
+    records = None if args.records is None else read_ids(args.records)
+    details = DETAIL_LIMIT if args.details is None else args.details
+    files = write_report(args.run_dir, args.out, records=records, details=details)
+    Console.print(files.markdown)
+    Console.print(files.html)
+    return 0
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    estimates = estimate_mod.run_estimate(
+        args.job, args.input, settings, sample=args.sample, out=args.out
+    )
+    if args.json:
+        Console.print(orjson.dumps(estimates, option=orjson.OPT_INDENT_2).decode())
+    else:
+        Console.print("\n\n".join(estimate_mod.render(e) for e in estimates))
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from ..backends.batch import acancel
+
+    infos = anyio.run(lambda: acancel(args.run_dir))
+    for info in infos:
+        Console.print(f"{info.id}: {info.status}")
+    Console.print(
+        f"{len(infos)} batch(es) cancelled; `refine run` (the same command) or "
+        "`refine resume` keeps their finished lines and sends the rest again"
+    )
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    done = export(args.run_dir, args.output, with_input=args.with_input)
+    Console.print(f"{done.rows} rows written to {done.path} ({done.format})")
+    if done.without_input:
+        Console.print(
+            f"{done.without_input} rows without input columns: their record was not found "
+            "in the input",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    summary = merge_mod.merge(args.out_dir, args.run_dirs, partial=args.partial)
+    Console.print(merge_mod.describe(summary))
+    return summary.exit_code
+
+
+def _cmd_jobs(_: argparse.Namespace) -> int:
+    for name, path in builtin_jobs().items():
+        job = load_job(str(path))
+        fields = ", ".join(
+            f.name + ("" if f.required else "?") + f" ({f.type})" for f in job.inputs
+        )
+        Console.print(f"{name:<20} {fields}")
+        if job.description:
+            Console.print(f"{'':<20} {job.description}")
+        extra = ", ".join(job.kind.selections)
+        if extra:
+            Console.print(f"{'':<20} selection rules beside the default: {extra}")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _cmd_run,
+    "resume": _cmd_resume,
+    "status": _cmd_status,
+    "jobs": _cmd_jobs,
+    "report": _cmd_report,
+    "estimate": _cmd_estimate,
+    "cancel": _cmd_cancel,
+    "export": _cmd_export,
+    "merge": _cmd_merge,
+}

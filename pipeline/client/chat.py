@@ -1,0 +1,414 @@
+"""The model client: one OpenAI-compatible chat call, paced, paid for, retried, timed out.
+
+This is the only retry layer: the openai SDK is built with ``max_retries=0``, and after
+each failed attempt ``retry.decide`` says whether to retry, fail the record or stop the
+run. Every attempt is paced by the run's limiter and reserved against its budget first.
+The pieces it composes each live in a module of their own: ``retry`` (the policy),
+``outage`` (the breaker per endpoint), ``formats`` (how feedback JSON is asked for),
+``endpoints`` (several replicas), ``limits`` (pacing), ``budget`` (the spending cap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+import httpx2
+import openai
+import orjson
+
+from ..core.steps import Completion, Try
+from ..errors import AuthError, CallError, FatalCallError, UnavailableError
+from .budget import Reservation, Spending
+from .endpoints import Endpoint, Endpoints
+from .formats import FormatLadder
+from .limits import RateLimiter, estimate_tokens
+from .outage import FIRST_CONTACT_S, MAX_OUTAGE_S, OUTAGE_AFTER, Outage
+from .retry import BACKOFF_BASE_S, classify_status, decide, retry_after, server_fault
+
+__all__ = ["OpenAIClient", "error_message", "read_answer", "redact"]
+
+# Seconds past the request timeout before our own deadline cancels an attempt that the
+# SDK's timeout failed to end (a server trickling bytes).
+TIMEOUT_SLACK_S = 5.0
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` masked."""
+    if secret and len(secret) >= 4:
+        return text.replace(secret, "***")
+    return text
+
+
+class _Failed(Exception):
+    """One failed attempt: the failure, and the server's Retry-After if it sent one."""
+
+    def __init__(self, failure: CallError, wait: float | None = None) -> None:
+        self.failure = failure
+        self.wait = wait
+        super().__init__(str(failure))
+
+
+class OpenAIClient:
+    """An OpenAI-compatible chat endpoint (or several replicas) behind the run's policies."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | Sequence[str] | None,
+        api_key: str | None,
+        timeout: float,
+        max_retries: int,
+        limiter: RateLimiter,
+        concurrency: int = 64,
+        structured: str = "json_schema",
+        grammar: bool = False,
+        max_in_flight: int | None = None,
+        backoff_base: float = BACKOFF_BASE_S,
+        max_outage: float = MAX_OUTAGE_S,
+        budget: Spending | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        request_model: str | None = None,
+    ) -> None:
+        self._model = model  # the name traces, prices and the budget know it by
+        self._request_model = request_model or model  # the name the server knows it by
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.limiter = limiter
+        self.formats = FormatLadder(structured, grammar=grammar)
+        self.backoff_base = backoff_base
+        self.budget = budget
+        self.calls = 0
+        self.retries = 0
+        self.succeeded = 0
+        self._secret = api_key
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._slots = anyio.Semaphore(max_in_flight) if max_in_flight else None
+        urls: Sequence[str | None] = (
+            [base_url] if base_url is None or isinstance(base_url, str) else list(base_url)
+        ) or [None]
+        connections = max(concurrency, 16) + 16
+        limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
+        threshold = min(OUTAGE_AFTER, max_retries + 1)
+        self.endpoints: Endpoints[openai.AsyncOpenAI] = Endpoints(
+            [
+                Endpoint(
+                    url,
+                    openai.AsyncOpenAI(
+                        api_key=api_key or "no-key",
+                        base_url=url,
+                        max_retries=0,  # this class is the one retry layer
+                        timeout=timeout,
+                        http_client=_http_client(limits),
+                    ),
+                    Outage(max_outage, FIRST_CONTACT_S, clock, threshold=threshold),
+                )
+                for url in urls
+            ],
+            clock,
+        )
+
+    @property
+    def model(self) -> str:
+        """The model this client calls, as the run records it (``local:NAME``: embedded)."""
+        return self._model
+
+    @property
+    def level(self) -> int:
+        """The pool's structured-output level (an index into ``formats.LEVELS``)."""
+        return self.formats.level
+
+    @property
+    def outage(self) -> Outage:
+        """The breaker of the first endpoint (the only one, in most runs)."""
+        return self.endpoints.all[0].outage
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        for endpoint in self.endpoints.all:
+            await endpoint.conn.close()
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        schema: Mapping[str, Any] | None,
+        temperature: float,
+        max_tokens: int,
+        frequency_penalty: float | None = None,
+        cache_key: str | None = None,  # the record's id; see ``prompt_cache_key`` (unused yet)
+    ) -> Completion:
+        """One chat completion, retried as the policy allows.
+
+        Raises CallError when the call fails for good, a FatalCallError subclass when the
+        run must stop, and BudgetReached when the next attempt cannot be paid for.
+        """
+        extra = {} if frequency_penalty is None else {"frequency_penalty": frequency_penalty}
+        if self._slots is None:
+            return await self._complete(messages, schema, temperature, max_tokens, extra)
+        async with self._slots:
+            return await self._complete(messages, schema, temperature, max_tokens, extra)
+
+    async def _complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        schema: Mapping[str, Any] | None,
+        temperature: float,
+        max_tokens: int,
+        sampling: Mapping[str, float] | None = None,
+    ) -> Completion:
+        counted = 0  # failed attempts that used up one of the call's retries
+        floor = 0  # this call's own structured level, after a bare 400 hinted at the format
+        tries: list[Try] = []
+        started = self._clock()
+        while True:
+            endpoint = self.endpoints.pick()
+            level = max(self.formats.level, floor)
+            sent, extra = self.formats.request(messages, schema, level)
+            body = {
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+                **(sampling or {}),
+                **extra,
+            }
+            async with self._turn(endpoint):
+                sent_at = self._clock()
+                try:
+                    answer = await self._attempt(endpoint, sent, body, max_tokens)
+                except _Failed as failed:
+                    failure, wait = failed.failure, failed.wait
+                else:
+                    endpoint.outage.close(sent_at)
+                    self.formats.succeeded(level)
+                    tries.append(Try(200, round(self._clock() - sent_at, 4)))
+                    return self._completion(answer, sent, started, tries)
+            tries.append(Try(failure.status or failure.kind, round(self._clock() - sent_at, 4)))
+            if schema is not None and failure.status is not None:
+                next_level = self.formats.refused(failure.status, str(failure), level)
+                if next_level is not None:  # a format probe is not a failed attempt
+                    floor = next_level
+                    continue
+            if server_fault(failure):
+                endpoint.outage.failed()
+            decision = decide(
+                failure,
+                attempt=counted + 1,
+                max_retries=self.max_retries,
+                outage=endpoint.outage.state(self.succeeded > 0),
+                rand=self._rng.random(),
+                wait=wait,
+                base=self.backoff_base,
+            )
+            failure.attempts, failure.tries = len(tries), tuple(tries)
+            failure.messages, failure.model = sent, self._model
+            if decision.action == "stop" and not isinstance(failure, FatalCallError):
+                raise UnavailableError(
+                    "unavailable",
+                    f"the endpoint has been failing for {endpoint.outage.duration():.0f} s "
+                    f"(last: {failure}); stopped, resumable",
+                    status=failure.status,
+                    attempts=len(tries),
+                    tries=tuple(tries),
+                    messages=sent,
+                    model=self._model,
+                ) from failure
+            if decision.action != "retry":
+                raise failure
+            self.retries += 1
+            if decision.counted:
+                counted += 1
+                delay = decision.delay
+            else:
+                # Waiting out an outage; when other endpoints are healthy, they take the call.
+                delay = 0.0 if self.endpoints.healthy() else decision.delay
+            await anyio.sleep(delay)
+
+    def _completion(
+        self, answer: dict[str, Any], sent: list[dict[str, str]], started: float, tries: list[Try]
+    ) -> Completion:
+        usage = answer["usage"]
+        return Completion(
+            text=answer["text"],
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            cached_tokens=usage["cached_tokens"],
+            latency_s=round(self._clock() - started, 4),
+            attempts=len(tries),
+            finish_reason=answer["finish_reason"],
+            messages=sent,
+            model=self._model,
+            tries=tuple(tries) if len(tries) > 1 else (),
+        )
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> AsyncIterator[None]:
+        """Count the request on its endpoint; while the endpoint is down, one probe at a time."""
+        probing = endpoint.outage.open
+        if probing:
+            await endpoint.outage.lock.acquire()
+            if not endpoint.outage.open:  # it came back while we queued
+                endpoint.outage.lock.release()
+                probing = False
+        endpoint.in_flight += 1
+        try:
+            yield
+        finally:
+            endpoint.in_flight -= 1
+            if probing:
+                endpoint.outage.lock.release()
+
+    async def _attempt(
+        self,
+        endpoint: Endpoint[openai.AsyncOpenAI],
+        sent: list[dict[str, str]],
+        body: dict[str, Any],
+        max_tokens: int,
+    ) -> dict[str, Any]:
+        """One HTTP request: the parsed answer, or _Failed."""
+        estimate = estimate_tokens(sent)
+        reservation: Reservation | None = None
+        if self.budget is not None:
+            reservation = await self.budget.reserve(self._model, estimate, max_tokens)
+        usage: Mapping[str, int] | None = None
+        try:
+            booking = await self.limiter.acquire(estimate, max_tokens)
+            self.calls += 1
+            raw = await self._post(endpoint, sent, body)
+            self.limiter.observe(raw.headers)
+            answer = _parse(raw.content)
+            usage = answer["usage"]
+            self.limiter.settle(booking, usage["prompt_tokens"])
+            self.succeeded += 1
+            return answer
+        finally:
+            if self.budget is not None:
+                self.budget.settle(reservation, usage)
+
+    async def _post(
+        self,
+        endpoint: Endpoint[openai.AsyncOpenAI],
+        sent: list[dict[str, str]],
+        body: dict[str, Any],
+    ) -> httpx2.Response:
+        """POST the request; translate every failure into _Failed or a final CallError."""
+        try:
+            with anyio.fail_after(self.timeout + TIMEOUT_SLACK_S):
+                # A plain POST of bytes we encode: the SDK's typed resource method
+                # transforms every message dict and json-encodes with the standard
+                # library, which costs more CPU per call than the rest of the pipeline.
+                # Auth, base URL and the mapping of error statuses to exceptions stay
+                # the SDK's.
+                raw = await endpoint.conn.post(
+                    "/chat/completions",
+                    cast_to=httpx2.Response,
+                    content=orjson.dumps({"model": self._request_model, "messages": sent, **body}),
+                    options={"headers": {"Content-Type": "application/json"}},
+                )
+                await raw.aread()
+                return raw
+        except openai.APIStatusError as err:
+            raise self._status_failure(err) from err
+        except (TimeoutError, openai.APITimeoutError) as err:
+            failure = CallError("timeout", f"no answer within {self.timeout:g} s")
+            raise _Failed(failure) from err
+        except openai.APIConnectionError as err:
+            message = redact(f"connection failed: {err.__cause__ or err}", self._secret)
+            raise _Failed(CallError("connection", message)) from err
+        except httpx2.HTTPError as err:  # a body cut short while reading it
+            message = f"response broken off: {type(err).__name__}"
+            raise _Failed(CallError("connection", message)) from err
+
+    def _status_failure(self, err: openai.APIStatusError) -> _Failed:
+        """The failure an error status means (the retry policy decides what follows)."""
+        status = err.status_code
+        headers = err.response.headers
+        self.limiter.observe(headers)
+        message = redact(error_message(err), self._secret)
+        wait = None
+        if status == 429:
+            wait = retry_after(headers)
+            self.limiter.on_rate_limited(wait)
+        text = f"HTTP {status}: {message}"
+        kind = classify_status(status)
+        if kind == "auth":
+            return _Failed(AuthError("auth", text, status=status))
+        if status == 404 and ("model" in message.lower() or self.succeeded == 0):
+            failure: CallError = FatalCallError(
+                "not_found", f"{text} (check --model and --base-url)", status=status
+            )
+            return _Failed(failure)
+        return _Failed(CallError(f"http_{status}", text, status=status), wait)
+
+
+def _parse(body: bytes) -> dict[str, Any]:
+    """The answer's text, finish reason and usage; _Failed when the body is not an answer."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        failure = CallError("bad_response", f"malformed response body ({len(body)} bytes)")
+        raise _Failed(failure) from err
+    try:
+        return read_answer(data)
+    except CallError as failure:
+        raise _Failed(failure) from failure
+
+
+def read_answer(data: Any) -> dict[str, Any]:
+    """The text, finish reason and usage of a chat completion object; CallError if it is none.
+
+    Shared with the Batch API driver, whose output lines carry the same object.
+    """
+    try:
+        choice = data["choices"][0]
+        message = choice["message"]
+        content = message.get("content")
+    except (KeyError, IndexError, TypeError, AttributeError) as err:
+        raise CallError("bad_response", "malformed response body (no choices)") from err
+    if not content:
+        refusal = message.get("refusal")
+        if refusal:
+            raise CallError("refusal", f"model refused: {refusal}")
+        raise CallError("empty", "empty answer")
+    usage = data.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return {
+        "text": content,
+        "finish_reason": choice.get("finish_reason"),
+        "usage": {
+            "prompt_tokens": int(usage.get("prompt_tokens") or 0),
+            "completion_tokens": int(usage.get("completion_tokens") or 0),
+            "cached_tokens": int(details.get("cached_tokens") or 0),
+        },
+    }
+
+
+def _http_client(limits: httpx2.Limits) -> httpx2.AsyncClient:
+    """The SDK's aiohttp transport when installed, else its default one.
+
+    Measured here (scripts/bench_throughput.py, zero-latency simulator) the aiohttp
+    transport costs about half the CPU per call of the default httpx transport,
+    which decides throughput once latency is hidden by concurrency.
+    """
+    try:
+        return openai.DefaultAioHttpClient(limits=limits)
+    except RuntimeError:  # openai installed without its aiohttp extra
+        return openai.DefaultAsyncHttpx2Client(limits=limits)
+
+
+def error_message(err: openai.APIStatusError) -> str:
+    """The message of an error answer: the body's ``error.message`` when it has one."""
+    body = err.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(inner, str):
+            return inner
+    return err.message

@@ -1,0 +1,44 @@
+"""One run's machinery: what any driver needs to run records into a run directory.
+
+::
+
+    settings    Settings: how a run proceeds (flags), resolved; the job as they change it
+    manifest    what a run directory holds a run of, and which invocations continue it
+    rundir      the run directory's files, lock and progress snapshot
+    store       the checkpoint journal: the source of truth for resume
+    outputs     outputs.jsonl, traces.jsonl, errors.jsonl
+    tally       what a run has used: records, calls, tokens, dollars
+    progress    the progress bar, or log lines where there is no terminal
+    shards      --shard I/N
+    clients     where each side of the loop is served; the clients a run opened
+    session     Session: one invocation (files, counters, budget, stop state, records)
+    pool        up to --concurrency tasks in flight from a bounded stream
+    realtime    the real-time driver, and the Driver type every backend implements
+
+Backends (``pipeline.backends``) build on these public types; nothing here knows a backend.
+"""
+
+from .clients import ClientPlan, Endpoint, Models, open_client
+from .manifest import Manifest
+from .realtime import Driver, run_realtime
+from .rundir import RunDir
+from .session import EXIT, RunSummary, Session, StopReason
+from .settings import Settings, effective_job, resolve
+
+__all__ = [
+    "EXIT",
+    "ClientPlan",
+    "Driver",
+    "Endpoint",
+    "Manifest",
+    "Models",
+    "RunDir",
+    "RunSummary",
+    "Session",
+    "Settings",
+    "StopReason",
+    "effective_job",
+    "open_client",
+    "resolve",
+    "run_realtime",
+]

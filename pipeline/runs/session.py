@@ -1,0 +1,334 @@
+"""One invocation of a run: its files, counters, budget, stop state and record stream.
+
+``Session`` is what every driver (real time, Batch API, Ray) runs records through: the
+records to run (finished ones skipped, bad lines to errors.jsonl), the journal every step
+goes to, the outputs a finished record goes to, progress, and why the run stopped, with
+the exit status that maps to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..client.budget import Budget
+from ..client.prices import PriceBook
+from ..core.jobs import Job
+from ..core.loop import Policy
+from ..core.records import Record
+from ..core.steps import Outcome, Step
+from ..errors import AuthError, BudgetReached, ConfigError, InputError, StoreError, UnavailableError
+from ..io.records import count_records, read_records
+from .clients import Models
+from .manifest import Manifest
+from .outputs import Outputs
+from .progress import Counters, Progress
+from .rundir import RunDir
+from .shards import shard_of
+from .store import Journal
+from .tally import tally
+
+__all__ = [
+    "EXIT",
+    "CountingSink",
+    "RunSummary",
+    "Session",
+    "StopReason",
+    "Stopping",
+    "conclude",
+    "stop_reason_of",
+]
+
+log = logging.getLogger("refine")
+
+# Exit statuses (documented in the README and `refine --help`).
+# Exit statuses (documented in the README and `refine --help`).
+EXIT = {
+    "ok": 0,  # every input line became a record and every record is done
+    "partial": 1,  # some records failed, or some input lines could not be read
+    "config": 2,  # bad usage or configuration (also: unknown model, RUN_DIR in use)
+    "auth": 3,  # the endpoint refused the API key
+    "store": 4,  # the run directory cannot be written (disk full, read-only)
+    "unavailable": 5,  # the endpoint stayed down longer than --max-outage
+    "budget": 6,  # --budget reached; resumable with a larger budget
+    "detached": 75,  # --batch --detach: batches in flight; run the same command again
+    "interrupted": 130,  # SIGINT/SIGTERM: stopped cleanly, resumable
+}
+READ_BATCH = 256
+
+PROGRESS_EVERY_S = 1.0
+
+
+class StopReason(enum.Enum):
+    """Why a run stopped before finishing its records, with the exit status it maps to."""
+
+    AUTH = "auth"
+    UNAVAILABLE = "unavailable"
+    FATAL = "config"  # an error every record would hit (unknown model, wrong URL)
+    STORE = "store"
+    BUDGET = "budget"
+    DETACHED = "detached"
+    SIGNAL = "interrupted"
+
+    @property
+    def exit_code(self) -> int:
+        """The process exit status."""
+        return EXIT[self.value]
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """What a run did, and the exit status it maps to."""
+
+    run_dir: Path
+    counters: Counters
+    exit_code: int = 0
+    state: str = "finished"
+    message: str | None = None
+
+
+@dataclass(slots=True)
+class Stopping:
+    """The first reason the run was told to stop, and the error that said so."""
+
+    reason: StopReason | None = None
+    error: BaseException | None = None
+
+    def set(self, reason: StopReason, error: BaseException) -> None:
+        """Record a reason to stop; the first one wins."""
+        if self.reason is None:
+            self.reason, self.error = reason, error
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the run has been told to stop."""
+        return self.reason is not None
+
+
+def stop_reason_of(err: BaseException) -> StopReason:
+    """The stop reason an error that ends the run maps to."""
+    if isinstance(err, AuthError):
+        return StopReason.AUTH
+    if isinstance(err, UnavailableError):
+        return StopReason.UNAVAILABLE
+    if isinstance(err, StoreError):
+        return StopReason.STORE
+    if isinstance(err, BudgetReached):
+        return StopReason.BUDGET
+    return StopReason.FATAL
+
+
+def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | None]:
+    """The run's final state, exit status and message."""
+    reason, err = stop.reason, stop.error
+    if reason is StopReason.SIGNAL:
+        return (
+            "interrupted",
+            reason.exit_code,
+            f"interrupted ({err}); every completed call is saved: "
+            "run the same command again, or `refine resume`, to continue",
+        )
+    if reason is StopReason.BUDGET:
+        return "stopped", reason.exit_code, f"stopped: {err}"
+    if reason is StopReason.DETACHED:
+        return "waiting", reason.exit_code, str(err)
+    if reason is not None:
+        return "stopped", reason.exit_code, f"stopped: {err}"
+    if failed or bad:
+        return (
+            "finished",
+            EXIT["partial"],
+            f"finished with {failed} failed record(s) and {bad} unreadable input line(s) "
+            "(see outputs.jsonl and errors.jsonl; `--retry-failed` runs the failed ones again)",
+        )
+    return "finished", EXIT["ok"], None
+
+
+class Session:
+    """One invocation of a run: its files, counters, budget, stop state and record stream."""
+
+    def __init__(
+        self,
+        job: Job,
+        input_path: Path,
+        rd: RunDir,
+        manifest: Manifest,
+        prices: PriceBook,
+        show_progress: bool,
+    ) -> None:
+        self.job = job
+        self.input_path = input_path
+        self.rd = rd
+        self.manifest = manifest
+        self.settings = manifest.settings
+        self.policy = Policy(
+            self.settings.max_iters or 0, self.settings.min_iters, self.settings.checks
+        )
+        self.prices = prices
+        self.model_for = {
+            "generate": manifest.model,
+            "refine": manifest.model,
+            "feedback": manifest.critic,
+        }
+        self.stop = Stopping()
+        self.outputs = Outputs(rd.path, log.warning)
+        self.outputs.sync()  # what the journal may drop below must be on disk first
+        self.journal = Journal(rd.checkpoint_path, fsync=self.settings.fsync)
+        done = self.outputs.finished - self._reopen_failed()
+        self.prior = self.journal.load(done, log.warning)
+        self.journal.open()
+        used = tally(rd.outputs_path, self.prior, prices, self.model_for)
+        self.budget = Budget(self.settings.budget, prices, spent=used.cost_usd or 0.0)
+        self.budget.unknown = used.cost_usd is None
+        self.counters = Counters(already=len(self.outputs.finished))
+        self.progress = Progress(self.counters, enabled=show_progress)
+        self.live: dict[str, Any] = {}  # a driver's own live figures for progress.json
+        self._lines_seen = 0
+
+    def _reopen_failed(self) -> set[str]:
+        """With --retry-failed: take the failed records back (their journaled steps stay)."""
+        if not self.settings.retry_failed:
+            return set()
+        ids = self.outputs.failed_ids()
+        if ids:
+            self.outputs.reopen(ids)
+            log.info("retrying %d failed record(s) from their last completed call", len(ids))
+        return ids
+
+    def sink(self) -> CountingSink:
+        """Where loops save their steps."""
+        return CountingSink(self.journal, self.counters)
+
+    def take_prior(self, record_id: str) -> list[Step]:
+        """The journaled steps of a record (given once: the loop owns them after)."""
+        return self.prior.pop(record_id, [])
+
+    def finish(self, outcome: Outcome) -> None:
+        """Write a finished record and count it."""
+        cost = self.prices.steps_cost(outcome.steps, self.model_for)
+        self.outputs.finish(outcome, cost)
+        if outcome.status == "done":
+            self.counters.done += 1
+        else:
+            self.counters.failed += 1
+            log.debug(
+                "record %s (line %d) failed: %s",
+                outcome.record.id,
+                outcome.record.line,
+                outcome.error,
+            )
+
+    async def records(self, send: Callable[[Record], Awaitable[None]]) -> None:
+        """Stream the records this invocation runs to ``send``; bad lines go to errors.jsonl.
+
+        Records already finished are skipped, as are records of other shards and lines
+        past ``--limit`` (which counts input lines, readable or not).
+        """
+        s = self.settings
+        items = read_records(self.input_path, self.job.inputs, s.id_field)
+        while not self.stop.stopping:
+            batch: list[Record | InputError] = await anyio.to_thread.run_sync(
+                lambda: list(islice(items, READ_BATCH))
+            )
+            if not batch:
+                break
+            for item in batch:
+                if s.limit is not None and self._lines_seen >= s.limit:
+                    return
+                self._lines_seen += 1
+                if isinstance(item, InputError):
+                    self.counters.bad_lines += 1
+                    self.outputs.bad_line(item)
+                    continue
+                if s.shard is not None and shard_of(item.id, s.shard[1]) != s.shard[0]:
+                    continue
+                if item.id in self.outputs.finished:
+                    continue
+                await send(item)
+                if self.stop.stopping:
+                    return
+
+    async def count_input(self) -> None:
+        """Set the progress total once the input is counted (runs beside the records)."""
+        try:
+            # check_cancelled: the count of a large input stops when the run ends.
+            lines = await anyio.to_thread.run_sync(
+                count_records, self.input_path, anyio.from_thread.check_cancelled
+            )
+        except (OSError, ConfigError) as err:
+            log.warning("cannot count the lines of %s: %s", self.input_path, err)
+            return
+        if self.settings.limit is not None:
+            lines = min(lines, self.settings.limit)
+        if self.settings.shard is None:
+            self.counters.lines = lines
+
+    def publish(self, models: Models) -> None:
+        """Refresh the live figures: the progress display and progress.json."""
+        c = self.counters
+        c.calls, c.retries, c.rate_limited = models.stats()
+        c.spent_usd = self.budget.total()
+        self.progress.tick()
+        self.rd.write_progress(
+            {"pid": os.getpid(), "state": "running", **c.snapshot(), **self.live}
+        )
+
+    async def supervise(
+        self, models: Models, scope: anyio.CancelScope, install_signal_handlers: bool
+    ) -> None:
+        """Publish progress every second; with signal handlers, stop cleanly on SIGINT/SIGTERM."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.count_input)
+            if install_signal_handlers:
+                tg.start_soon(self._signals, scope)
+            while True:
+                self.publish(models)
+                await anyio.sleep(PROGRESS_EVERY_S)
+
+    async def _signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+            async for signum in received:
+                self.stop.set(StopReason.SIGNAL, KeyboardInterrupt(signal.Signals(signum).name))
+                scope.cancel()
+                return
+
+    def close(self, models: Models) -> RunSummary:
+        """Flush and close the files; the summary of this invocation."""
+        self.journal.close()
+        c = self.counters
+        c.calls, c.retries, c.rate_limited = models.stats()
+        c.spent_usd = self.budget.total()
+        self.progress.close()
+        with contextlib.suppress(StoreError):
+            self.outputs.sync()
+        self.outputs.close()
+        failed = self.outputs.outputs.counts.get("failed", 0)
+        bad = len(self.outputs.errors.keys)
+        state, code, message = conclude(self.stop, failed, bad)
+        self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot(), **self.live})
+        return RunSummary(self.rd.path, c, code, state, message)
+
+
+class CountingSink:
+    """The journal, counting each saved call's tokens for live progress."""
+
+    __slots__ = ("counters", "journal")
+
+    def __init__(self, journal: Journal, counters: Counters) -> None:
+        self.journal = journal
+        self.counters = counters
+
+    async def save(self, record_id: str, index: int, step: Step) -> None:
+        await self.journal.save(record_id, index, step)
+        self.counters.prompt_tokens += step.usage.get("prompt_tokens", 0)
+        self.counters.completion_tokens += step.usage.get("completion_tokens", 0)

@@ -1,0 +1,166 @@
+"""Settings: how a run proceeds, everything but the job and the input.
+
+``Settings`` is what a user (or the CLI) asks for; ``resolve`` fills in the values in force
+(the job's iteration budget, the timeout for a local model), which the manifest stores, so
+a resumed run proceeds exactly as the first one did.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..core.jobs import Job
+from ..core.strategies import parse_specs
+from ..errors import ConfigError
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DEFAULT_TIMEOUT_S",
+    "LOCAL_PREFIX",
+    "LOCAL_TIMEOUT_S",
+    "Settings",
+    "effective_job",
+    "parse_shard",
+    "resolve",
+]
+
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_TIMEOUT_S = 60.0
+LOCAL_TIMEOUT_S = 900.0  # a local model on a few cores answers long prompts slowly
+LOCAL_PREFIX = "local"  # `--feedback-model local` or `local:NAME`: the critic on the local model
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How to run: everything but the job and the input."""
+
+    model: str = DEFAULT_MODEL
+    # One endpoint, or several replicas of the same model (requests go to the least loaded).
+    base_url: str | tuple[str, ...] | None = None
+    feedback_model: str | None = None  # the critic on another model (None: the same model)
+    feedback_base_url: str | None = None  # the critic's endpoint (None: the generator's)
+    max_iters: int | None = None  # None: the job's default
+    min_iters: int = 0  # refinements before the critic's done (or a score) may stop a loop
+    checks: bool = True  # run the job's check hook on every answer
+    strategy: tuple[str, ...] = ()  # --strategy specs over the job's own (samples=3, restart)
+    repair: bool | None = None  # ask a call cut off at max_tokens once more (None: the job's)
+    select: str | None = None  # the rule choosing the output (None: the job's)
+    concurrency: int = 64
+    rpm: float | None = None
+    tpm: float | None = None
+    timeout: float | None = None  # None: 60 s, or 900 s for a local model
+    max_retries: int = 5
+    max_outage: float = 300.0  # seconds an endpoint may keep failing before the run stops
+    id_field: str = "id"
+    limit: int | None = None  # only the first N records of the input
+    shard: tuple[int, int] | None = None  # (I, N): only records whose id hashes to shard I of N
+    local: bool = False
+    local_model: str | None = None
+    structured: str = "json_schema"  # first structured-output level to try
+    fsync: bool = True
+    prices: str | None = None  # a price file (JSON or TOML) over the built-in table
+    budget: float | None = None  # dollars the run may spend in all, across resumes
+    retry_failed: bool = False  # retry records that ended failed, from their last call
+    batch: bool = False  # every call through the Batch API
+    detach: bool = False  # --batch: submit, exit 75 while batches are in flight
+    poll: float = 60.0  # --batch: seconds between looks at batches in flight
+    workers: int | None = None  # run on Ray with this many worker actors
+    ray_address: str | None = None  # join this Ray cluster (else $RAY_ADDRESS, else a local one)
+
+    def base_urls(self) -> tuple[str, ...]:
+        """The generator's endpoints: ``base_url`` (one or several), else ``$OPENAI_BASE_URL``."""
+        if isinstance(self.base_url, tuple):
+            return self.base_url
+        url = self.base_url or os.environ.get("OPENAI_BASE_URL")
+        return (url,) if url else ()
+
+    @property
+    def critic_is_local(self) -> bool:
+        """Whether ``--feedback-model`` names the embedded local model."""
+        fm = self.feedback_model
+        return fm is not None and (fm == LOCAL_PREFIX or fm.startswith(LOCAL_PREFIX + ":"))
+
+    @property
+    def critic_local_model(self) -> str | None:
+        """The local model named by ``--feedback-model local:NAME`` (None: the default one)."""
+        fm = self.feedback_model or ""
+        return fm.partition(":")[2] or None if self.critic_is_local else None
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` as (I, N), with 0 <= I < N."""
+    index, sep, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = -1, 0
+    if not sep or n < 1 or not 0 <= i < n:
+        raise ConfigError(f"--shard must be I/N with 0 <= I < N (got {text!r})")
+    return i, n
+
+
+def resolve(settings: Settings, job_max_iters: int) -> Settings:
+    """Check the settings and fill in the values in force; raises ConfigError naming the flag."""
+    problems: list[str] = []
+    if settings.concurrency < 1:
+        problems.append("--concurrency must be >= 1")
+    max_iters = job_max_iters if settings.max_iters is None else settings.max_iters
+    if max_iters < 0:
+        problems.append("--max-iters must be >= 0")
+    elif not 0 <= settings.min_iters <= max_iters:
+        problems.append(f"--min-iters must be between 0 and --max-iters ({max_iters})")
+    if settings.budget is not None and settings.budget <= 0:
+        problems.append("--budget must be > 0 dollars")
+    if settings.detach and not settings.batch:
+        problems.append("--detach needs --batch")
+    if settings.workers is not None and settings.workers < 1:
+        problems.append("--workers must be >= 1")
+    if settings.workers is not None and settings.batch:
+        problems.append("--workers and --batch do not go together (batches need no workers)")
+    if settings.workers is not None and (settings.local or settings.critic_is_local):
+        problems.append(
+            "--workers does not go with the embedded local model (one llama.cpp server gains "
+            "nothing from more client processes); serve the model with several servers and "
+            "give --base-url for each"
+        )
+    if settings.shard is not None:
+        i, n = settings.shard
+        if not 0 <= i < n:
+            problems.append("--shard must be I/N with 0 <= I < N")
+    if settings.poll <= 0:
+        problems.append("--poll must be > 0 seconds")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    timeout = settings.timeout
+    if timeout is None:
+        slow = settings.local or settings.critic_is_local
+        timeout = LOCAL_TIMEOUT_S if slow else DEFAULT_TIMEOUT_S
+    return replace(settings, max_iters=max_iters, timeout=timeout)
+
+
+def effective_job(job: Job, settings: Settings) -> Job:
+    """``job`` with the strategies, repair and selection rule the settings ask for."""
+    strategies = parse_specs(settings.strategy, job.strategies)
+    if settings.repair is not None:
+        strategies = replace(strategies, repair=settings.repair)
+    select = settings.select or job.select
+    if select != "default" and select not in job.kind.selections:
+        known = ", ".join(["default", *job.kind.selections])
+        raise ConfigError(f"--select {select}: job {job.name!r} offers {known}")
+    return replace(job, strategies=strategies, select=select)
+
+
+def settings_from_json(data: dict[str, Any]) -> Settings:
+    """Settings from their manifest form; unknown keys (from newer versions) are ignored."""
+    known = set(Settings.__dataclass_fields__)
+    values = {k: v for k, v in data.items() if k in known}
+    if isinstance(values.get("base_url"), list):
+        values["base_url"] = tuple(values["base_url"])
+    if isinstance(values.get("strategy"), list):
+        values["strategy"] = tuple(values["strategy"])
+    if isinstance(values.get("shard"), list):
+        i, n = values["shard"]
+        values["shard"] = (int(i), int(n))
+    return Settings(**values)
