@@ -73,7 +73,7 @@ class FormatLadder:
     from the schema: the schema goes whole, string lengths included, and is spelled out in
     the prompt too, since such a server shows the model nothing of it. Without the field
     names and what each should hold, a small model fills the fields it is made to write
-    with punctuation (docs/quality.md, "The critic is shown the schema").
+    with punctuation (docs/backends.md, "The local model").
     """
 
     __slots__ = ("_votes", "grammar", "level")

@@ -38,7 +38,6 @@ __all__ = [
 INDEX_LIMIT: Final = 100_000  # records listed in the page (filter, search, sort)
 DETAIL_LIMIT: Final = 2_000  # records whose iterations are embedded
 TEXT_LIMIT: Final = 20_000  # characters kept of one answer or raw response
-HEAPED_MEASURES: Final = 8  # measures followed for the selection of records to embed
 
 
 @dataclass(slots=True)
