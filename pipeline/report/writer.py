@@ -48,7 +48,10 @@ def write_report(
     target = Path(out) if out is not None else info.run_dir / "report"
     summary = Summary(info.pricing, SAMPLE_SIZE)
     flips = open_flips(info)
-    browser = Browser(info.pricing, wanted=records, index_limit=listed, detail_limit=details)
+    better = {name: spec.better for name, spec in flips.specs.items()}
+    browser = Browser(
+        info.pricing, wanted=records, index_limit=listed, detail_limit=details, better=better
+    )
     try:
         found = scan(info, [summary, flips, browser])
         report = replace(summary.report(found), flips=flips.report())
