@@ -27,6 +27,7 @@ __all__ = ["main"]
 
 log = logging.getLogger("refine")
 _DEFAULTS = Settings()
+AUTO = "auto"  # --max-iters auto: the refinements `refine calibrate` recommended
 
 EPILOG = """exit status:
   0    every input line (of the first --limit lines) became a record and every record is done
@@ -60,6 +61,12 @@ def _positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError("must be > 0")
     return value
+
+
+def _max_iters(text: str) -> int | str:
+    if text == AUTO:
+        return text
+    return _non_negative_int(text)
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -98,8 +105,15 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-iters",
-        type=_non_negative_int,
-        help="refinements at most (default: the job's; 0 = generation only)",
+        type=_max_iters,
+        help="refinements at most (default: the job's; 0 = generation only; auto = what "
+        "`refine calibrate` recommended, read from --calibration DIR)",
+    )
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="DIR",
+        help="with --max-iters auto: the directory `refine calibrate --out DIR` wrote",
     )
     p.add_argument(
         "--min-iters",
@@ -319,6 +333,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser(
+        "calibrate",
+        help="does refinement pay? run a labelled sample: accuracy, flips, correction and "
+        "introduction rates by round, and the refinements to make (for --max-iters auto)",
+    )
+    _add_run_options(p)
+    p.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="the calibration's run directory; it gets calibration.json (run the same "
+        "command again to continue it)",
+    )
+    _add_pace_options(p)
+    p.add_argument(
+        "--sample",
+        type=_positive_int,
+        default=50,
+        metavar="N",
+        help="records taken evenly from the input (default %(default)s)",
+    )
+    p.add_argument(
+        "--metric",
+        metavar="NAME",
+        help="the right-or-wrong metric to judge by (default: the first the job reads "
+        "from a label, such as gsm's correct)",
+    )
+    p.add_argument("--budget", type=_positive_float, metavar="USD", help="as for `refine run`")
+    p.add_argument("--retry-failed", action="store_true", help="as for `refine run`")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--json", action="store_true", help="print calibration.json")
+
+    p = sub.add_parser(
         "cancel",
         help="cancel the run's Batch API batches in flight (its records stay resumable)",
     )
@@ -397,6 +444,9 @@ def _print_summary(summary: RunSummary) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """The Settings a `refine run` (or `refine estimate`) command line asks for."""
+    max_iters = args.max_iters
+    if max_iters == AUTO or args.calibration is not None:
+        max_iters = _recommended(args)
     urls = args.base_url or []
     base_url: str | tuple[str, ...] | None = (
         None if not urls else urls[0] if len(urls) == 1 else tuple(urls)
@@ -406,7 +456,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         base_url=base_url,
         feedback_model=args.feedback_model,
         feedback_base_url=args.feedback_base_url,
-        max_iters=args.max_iters,
+        max_iters=max_iters,
         min_iters=args.min_iters,
         checks=args.checks,
         strategy=tuple(args.strategy),
@@ -432,6 +482,48 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         workers=getattr(args, "workers", None),
         ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
     )
+
+
+def _recommended(args: argparse.Namespace) -> int:
+    """--max-iters auto: the recommendation in --calibration DIR, for this job and model."""
+    from .calibrate import recommended_iters
+
+    if args.max_iters != AUTO:
+        raise ConfigError("--calibration goes with --max-iters auto")
+    if args.calibration is None:
+        raise ConfigError(
+            "--max-iters auto needs --calibration DIR: the directory `refine calibrate "
+            "JOB SAMPLE --out DIR` wrote"
+        )
+    local = args.local or args.local_model is not None
+    return recommended_iters(args.calibration, args.job, None if local else args.model)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from .calibrate import acalibrate, render
+
+    if args.max_iters == AUTO:
+        raise ConfigError("refine calibrate measures the rounds: give --max-iters a number")
+    settings = settings_from_args(args)
+    done = anyio.run(
+        lambda: acalibrate(
+            args.job,
+            args.input,
+            args.out,
+            settings,
+            sample=args.sample,
+            metric=args.metric,
+            show_progress=not args.quiet,
+            install_signal_handlers=True,
+        )
+    )
+    if done.calibration is None:
+        _print_summary(done.summary)
+    elif args.json:
+        _Console.print(orjson.dumps(done.calibration.data, option=orjson.OPT_INDENT_2).decode())
+    else:
+        _Console.print(render(done.calibration.data, args.out))
+    return done.exit_code
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -543,6 +635,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "jobs": _cmd_jobs,
     "report": _cmd_report,
     "estimate": _cmd_estimate,
+    "calibrate": _cmd_calibrate,
     "cancel": _cmd_cancel,
     "export": _cmd_export,
     "merge": _cmd_merge,
