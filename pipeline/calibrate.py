@@ -355,6 +355,7 @@ def render(data: dict[str, Any], directory: Path | None = None) -> str:
         f"{c['vs_first']['better']:>7}{c['vs_first']['worse']:>7}{c['vs_first']['same']:>7}  "
         f"{_share(c['fixed'], c['n'] - c['right_before']):<18}"
         f"{_share(c['broken'], c['right_before']):<18}(against the first answer)",
+        "better, worse, same: records round t made right, made wrong, left (against t-1)",
         "",
         f"calls per record: {data['calls_per_record'] or 0:.2f}; cost per record: "
         f"{_dollars(data['cost_per_record'])}",

@@ -69,6 +69,7 @@ class GsmServer:
 
     seed: int = 0
     p_right: float = 0.55
+    p_right_later: float | None = None  # of refinements (None: p_right)
     p_raise: float = 0.1
     p_done: float = 0.2
     delay_s: float = 0.0  # before each reply (to kill a run mid-way)
@@ -94,7 +95,9 @@ class GsmServer:
         if found is None:
             return "```python\ndef solution():\n    return 0\n```"
         a, b, c = (int(g) for g in found.groups())
-        return _program(a, b, c, self.draw(body, "answer"), self.p_right, self.p_raise)
+        refining = len(body["messages"]) > 2  # a refinement carries the earlier answers
+        p_right = self.p_right if self.p_right_later is None or not refining else self.p_right_later
+        return _program(a, b, c, self.draw(body, "answer"), p_right, self.p_raise)
 
     @contextmanager
     def serve(self) -> Iterator[str]:
