@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pipeline.core.jobs import builtin_jobs
 from pipeline.core.loader import load_job
 from pipeline.core.metrics import MetricSpec, compare
 from pipeline.errors import JobError
@@ -89,3 +90,19 @@ def test_builtin_declarations_say_which_metrics_read_a_label(
             assert metric not in without, metric
         else:
             assert without[metric] == with_labels[metric], metric
+
+
+def test_the_docs_table_matches_the_declarations() -> None:
+    """docs/calibrate.md's table lists every built-in job's declared metrics as declared."""
+    docs = Path(__file__).resolve().parents[1] / "docs" / "calibrate.md"
+    rows = set()
+    for line in docs.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[2] in ("label", "check"):
+            rows.add(tuple(cells))
+    declared = {
+        (name, metric, spec.source, spec.better or "none")
+        for name in builtin_jobs()
+        for metric, spec in load_job(name).metrics.items()
+    }
+    assert rows == declared
