@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
+import anyio
 import orjson
 
 from .core.jobs import Job
@@ -39,6 +40,7 @@ __all__ = [
     "Calibrated",
     "Calibration",
     "acalibrate",
+    "calibrate",
     "even_positions",
     "measure",
     "read_calibration",
@@ -257,15 +259,27 @@ async def acalibrate(
     input_path, out = Path(input_path), Path(out)
     if not input_path.is_file():
         raise ConfigError(f"input file not found: {input_path}")
-    path = _write_sample(out, _sample_lines(job, input_path, settings, sample))
+    lines = _sample_lines(job, input_path, settings, sample)
+    path = _write_sample(out, lines)
     summary = await arun(job, path, out, replace(settings, limit=None), **run_kwargs)
     if summary.exit_code not in (0, 1):
         return Calibrated(summary, None)
     data = measure(out, job, metric=metric)
     data["input"] = str(input_path.resolve())
-    data["sample"] = {"records": sum(1 for _ in path.open("rb")), "requested": sample}
+    data["sample"] = {"records": lines.count(b"\n"), "requested": sample}
     _atomic_write(out / CALIBRATION, orjson.dumps(data, option=orjson.OPT_INDENT_2))
     return Calibrated(summary, Calibration.from_json(data, str(out / CALIBRATION)))
+
+
+def calibrate(
+    job: Job | str,
+    input_path: str | Path,
+    out: str | Path,
+    settings: Settings | None = None,
+    **kwargs: Any,
+) -> Calibrated:
+    """Calibrate (see ``acalibrate``), from synchronous code."""
+    return anyio.run(lambda: acalibrate(job, input_path, out, settings, **kwargs))
 
 
 def read_calibration(directory: str | Path) -> Calibration:

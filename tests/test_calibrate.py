@@ -22,8 +22,9 @@ import orjson
 import pytest
 
 from pipeline import Settings, run
-from pipeline.calibrate import CALIBRATION, even_positions, read_calibration
+from pipeline.calibrate import CALIBRATION, calibrate, even_positions, read_calibration
 from pipeline.core.loader import load_job
+from pipeline.errors import ConfigError
 from pipeline.report import summarize
 from tests import gsm_server
 from tests.gsm_server import GsmServer, records
@@ -420,3 +421,20 @@ def test_the_server_answers_from_the_question_not_a_label() -> None:
     body = {"messages": [{"role": "user", "content": f"The problem:\n\n{text}"}]}
     program = GsmServer(p_right=1.0).answer(body)
     assert "return marbles + bought - given" in program
+
+
+def test_calibrate_from_python_by_a_named_metric(tmp_path: Path) -> None:
+    """`pipeline.calibrate.calibrate` does what the command does; an unknown metric is refused
+    after the sample ran, and asking again with a known one reuses the run."""
+    inp = write_jsonl(tmp_path / "in.jsonl", records(10))
+    server = GsmServer()
+    with server.serve() as url:
+        settings = Settings(model="gpt-4o-mini", base_url=url, max_iters=1)
+        kwargs: dict[str, Any] = {"sample": 4, "api_key": "k", "show_progress": False}
+        with pytest.raises(ConfigError, match="--metric missing"):
+            calibrate("gsm", inp, tmp_path / "cal", settings, metric="missing", **kwargs)
+        calls = len(server.bodies)
+        done = calibrate("gsm", inp, tmp_path / "cal", settings, metric="correct", **kwargs)
+    assert done.calibration is not None and done.exit_code == 0
+    assert done.calibration.data["metric"] == {"name": "correct", "source": "label"}
+    assert len(server.bodies) == calls  # nothing asked twice
