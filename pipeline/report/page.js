@@ -402,7 +402,8 @@
     const m = measureInfo();
     const side = (it) => {
       const v = valueAt(index, it.t);
-      const value = m ? ` · ${m.label} ${Number.isNaN(v) ? "-" : measured(v, m, digits)}` : "";
+      const shown = Number.isNaN(v) ? "-" : m && m.rate ? String(v === 1) : m ? measured(v, m, digits) : "";
+      const value = m ? ` · ${m.label} ${shown}` : "";
       return el("div", { class: "side", "data-t": it.t }, el("h4", {}, `Iteration ${it.t}${value}`),
         it.output === null || it.output === undefined
           ? el("p", { class: "note" }, "No answer (the call did not complete).")

@@ -406,7 +406,7 @@ def test_round_filter_lists_the_records_a_round_made_worse_side_by_side(
     )
     assert shown == [["1", "e answer 1"], ["2", "e answer 2"]]
     text = sides.inner_text()
-    assert "correct (rate) 100.0%" in text and "correct (rate) 0.0%" in text
+    assert "correct (rate) true" in text and "correct (rate) false" in text
     page.select_option("#f-round", "")
     assert page.query_selector("#record .compare") is None
     # Initial -> chosen: worsened shows the first answer beside the chosen output.
