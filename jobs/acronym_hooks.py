@@ -14,10 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.core.answers import meta_commentary
+from pipeline.core.metrics import MetricSpec
 
 _LABEL = re.compile(r"^\W*(?:(?:the|new|improved|final)\s+)*acronym\s*(?:is)?\s*[:=\-]?\s*", re.I)
 _TOKEN = re.compile(r"[^\W_][\w.&'\-]*")
 _WORD = re.compile(r"[^\W_]+")
+# ``matches_reference`` reads the reference acronym (a label); the other reads the title only.
+METRICS = {
+    "letters_from_title": MetricSpec("check"),
+    "matches_reference": MetricSpec("label"),
+}
 
 
 def extract_acronym(output: str) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.core.answers import comment_commentary
+from pipeline.core.metrics import MetricSpec
 from pipeline.sandbox import SandboxResult, run_python, syntax_problem
 
 TIMEOUT_S = 5.0
@@ -29,6 +30,12 @@ TIMING_RUNS = 5
 MIN_SPEEDUP = 1.10  # as PIE counts a program optimised; less is within timing noise here
 MIN_TIMED_S = 0.001  # programs faster than this on the test input are not judged on speed
 _SHOWN_CHARS = 60
+# test_input is read by the checks too (use = "check"), not a label.
+METRICS = {
+    "parses": MetricSpec("check"),
+    "same_output": MetricSpec("check"),
+    "speedup": MetricSpec("check"),
+}
 
 
 @functools.lru_cache(maxsize=512)

@@ -19,10 +19,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.core.answers import meta_commentary
+from pipeline.core.metrics import MetricSpec
 
 _WORD = re.compile(r"[^\W\d_]+")  # runs of letters
 _VOWELS = frozenset("aeiou")
 _SIBILANT_ENDS = ("s", "x", "z", "ch", "sh", "o")
+# Every metric reads the answer and the concepts (shown to the model); none reads a label.
+METRICS = {
+    "coverage": MetricSpec("check"),
+    "sentences": MetricSpec("check", better=None),
+    "one_sentence": MetricSpec("check"),
+    "coverage_any_sentence": MetricSpec("check"),
+}
 
 # Irregular verbs and nouns common in everyday scenes; kept small on purpose.
 _IRREGULAR: dict[str, tuple[str, ...]] = {

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 from pipeline.core.answers import comment_commentary
+from pipeline.core.metrics import MetricSpec
 from pipeline.sandbox import SandboxResult, run_python
 
 CALL = "solution()"
@@ -29,6 +30,8 @@ _FRACTION_REPR = re.compile(r"^Fraction\((-?\d+),\s*(\d+)\)$")
 _DECIMAL_REPR = re.compile(r"^Decimal\('([^']+)'\)$")
 _NUMBER_JUNK = re.compile(r"[,\s$€£]")
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?::| \(line|$)")  # "ValueError: ..." vs "killed by ..."
+# ``correct`` reads the target (a label): it measures, and never chooses.
+METRICS = {"correct": MetricSpec("label")}
 
 
 @functools.lru_cache(maxsize=512)

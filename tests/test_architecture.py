@@ -13,15 +13,15 @@ MAX_LINES = 500
 # Each layer may import the layers listed after it (and itself), never one before it.
 LAYERS = (
     "cli",
-    "runner",
     "commands",
     "report",
+    "runner",
     "backends",
     "runs",
     "io",
     "client",
-    "core",
     "sandbox",
+    "core",
     "errors",
 )
 

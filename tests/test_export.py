@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from pipeline import ConfigError
-from pipeline.io.columns import JSON, NULL, OUTPUT_KINDS, Columns, kind_of, merge, to_cell
-from pipeline.io.export import export, export_format, input_column
+from pipeline.commands.columns import JSON, NULL, OUTPUT_KINDS, Columns, kind_of, merge, to_cell
+from pipeline.commands.export import export, export_format, input_column
 from pipeline.testing.simulator import Simulator
 from tests.helpers import concept_rows, read_jsonl, run_commongen, write_jsonl
 

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from pipeline import ConfigError, RunDirError, Settings, resume, run, run_status
-from pipeline.io.merge import merge
+from pipeline.commands.merge import merge
 from pipeline.runs.rundir import RunDir
 from pipeline.runs.shards import shard_of
 from pipeline.testing.simulator import SimConfig, Simulator

@@ -13,13 +13,14 @@ import anyio
 import orjson
 
 from ..commands import estimate as estimate_mod
+from ..commands import merge as merge_mod
 from ..commands import status as status_mod
+from ..commands.export import export
 from ..core.jobs import builtin_jobs
 from ..core.loader import load_job
-from ..io import merge as merge_mod
-from ..io.export import export
+from ..errors import ConfigError
 from ..runner import RunSummary, aresume, arun
-from .parser import settings_from_args
+from .parser import AUTO, settings_from_args
 
 __all__ = ["COMMANDS", "Console"]
 
@@ -60,6 +61,33 @@ def _print_summary(summary: RunSummary) -> None:
         )
     if summary.message:
         Console.print(summary.message, file=sys.stderr)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from ..commands.calibrate import acalibrate, render
+
+    if args.max_iters == AUTO:
+        raise ConfigError("refine calibrate measures the rounds: give --max-iters a number")
+    settings = settings_from_args(args)
+    done = anyio.run(
+        lambda: acalibrate(
+            args.job,
+            args.input,
+            args.out,
+            settings,
+            sample=args.sample,
+            metric=args.metric,
+            show_progress=not args.quiet,
+            install_signal_handlers=True,
+        )
+    )
+    if done.calibration is None:
+        _print_summary(done.summary)
+    elif args.json:
+        Console.print(orjson.dumps(done.calibration.data, option=orjson.OPT_INDENT_2).decode())
+    else:
+        Console.print(render(done.calibration.data, args.out))
+    return done.exit_code
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -171,6 +199,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "jobs": _cmd_jobs,
     "report": _cmd_report,
     "estimate": _cmd_estimate,
+    "calibrate": _cmd_calibrate,
     "cancel": _cmd_cancel,
     "export": _cmd_export,
     "merge": _cmd_merge,

@@ -10,9 +10,10 @@ from typing import Any
 from ..errors import ConfigError
 from ..runs.settings import Settings, parse_shard
 
-__all__ = ["EPILOG", "build_parser", "settings_from_args"]
+__all__ = ["AUTO", "EPILOG", "build_parser", "settings_from_args"]
 
 _DEFAULTS = Settings()
+AUTO = "auto"  # --max-iters auto: the refinements `refine calibrate` recommended
 
 EPILOG = """exit status:
   0    every input line (of the first --limit lines) became a record and every record is done
@@ -46,6 +47,12 @@ def _positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError("must be > 0")
     return value
+
+
+def _max_iters(text: str) -> int | str:
+    if text == AUTO:
+        return text
+    return _non_negative_int(text)
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -84,8 +91,15 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-iters",
-        type=_non_negative_int,
-        help="refinements at most (default: the job's; 0 = generation only)",
+        type=_max_iters,
+        help="refinements at most (default: the job's; 0 = generation only; auto = what "
+        "`refine calibrate` recommended, read from --calibration DIR)",
+    )
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="DIR",
+        help="with --max-iters auto: the directory `refine calibrate --out DIR` wrote",
     )
     p.add_argument(
         "--min-iters",
@@ -357,6 +371,42 @@ def _add_export(sub: Any) -> None:
     )
 
 
+def _add_calibrate(sub: Any) -> None:
+    """`refine calibrate`."""
+    p = sub.add_parser(
+        "calibrate",
+        help="does refinement pay? run a labelled sample: accuracy, flips, correction and "
+        "introduction rates by round, and the refinements to make (for --max-iters auto)",
+    )
+    _add_run_options(p)
+    p.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="the calibration's run directory; it gets calibration.json (run the same "
+        "command again to continue it)",
+    )
+    _add_pace_options(p)
+    p.add_argument(
+        "--sample",
+        type=_positive_int,
+        default=50,
+        metavar="N",
+        help="records taken evenly from the input (default %(default)s)",
+    )
+    p.add_argument(
+        "--metric",
+        metavar="NAME",
+        help="the right-or-wrong metric to judge by (default: the first the job reads "
+        "from a label, such as gsm's correct)",
+    )
+    p.add_argument("--budget", type=_positive_float, metavar="USD", help="as for `refine run`")
+    p.add_argument("--retry-failed", action="store_true", help="as for `refine run`")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--json", action="store_true", help="print calibration.json")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -371,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(sub)
     _add_report(sub)
     _add_estimate(sub)
+    _add_calibrate(sub)
     _add_cancel(sub)
     _add_merge(sub)
     _add_export(sub)
@@ -379,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """The Settings a `refine run` (or `refine estimate`) command line asks for."""
+    max_iters = args.max_iters
+    if max_iters == AUTO or args.calibration is not None:
+        max_iters = _recommended(args)
     urls = args.base_url or []
     base_url: str | tuple[str, ...] | None = (
         None if not urls else urls[0] if len(urls) == 1 else tuple(urls)
@@ -388,7 +442,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         base_url=base_url,
         feedback_model=args.feedback_model,
         feedback_base_url=args.feedback_base_url,
-        max_iters=args.max_iters,
+        max_iters=max_iters,
         min_iters=args.min_iters,
         checks=args.checks,
         strategy=tuple(args.strategy),
@@ -414,3 +468,18 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         workers=getattr(args, "workers", None),
         ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
     )
+
+
+def _recommended(args: argparse.Namespace) -> int:
+    """--max-iters auto: the recommendation in --calibration DIR, for this job and model."""
+    from ..commands.calibrate import recommended_iters
+
+    if args.max_iters != AUTO:
+        raise ConfigError("--calibration goes with --max-iters auto")
+    if args.calibration is None:
+        raise ConfigError(
+            "--max-iters auto needs --calibration DIR: the directory `refine calibrate "
+            "JOB SAMPLE --out DIR` wrote"
+        )
+    local = args.local or args.local_model is not None
+    return recommended_iters(args.calibration, args.job, None if local else args.model)

@@ -1,9 +1,13 @@
-"""Commands that read or plan a run without driving one: ``refine status`` and ``estimate``.
+"""Commands over a run directory or a plan, beside ``refine run`` itself.
 
 ::
 
     status      done/failed/pending, calls, tokens (cached among them), cost, batches
     estimate    calls, tokens, the cached share and dollars of a run, before it spends
+    calibrate   does refinement pay? a labelled sample's flips, rates, a recommendation
+    export      outputs (and input columns) as Parquet, CSV or JSONL
+    columns     output fields as typed columns, for export
+    merge       the run directories of --shard runs joined as one
 """
 
 from .estimate import Estimate, run_estimate

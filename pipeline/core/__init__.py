@@ -5,6 +5,7 @@
     records     Record: one input record (id, line, fields)
     steps       Step, Kind, Completion, Outcome: the record of each call
     jobs        Job, InputField: the job spec the loop reads
+    metrics     MetricSpec: what a job declares of its evaluator's metrics (direction, source)
     loader      load_job: a job file read, the method's invariant enforced
     kinds       AnswerKind, Selection: the protocol a kind of answer implements
     answers     taking the artifact out of a reply; notes left in it
@@ -24,6 +25,7 @@ from .jobs import InputField, Job, builtin_jobs, render
 from .kinds import AnswerKind, Selection
 from .loader import load_job
 from .loop import Call, Policy, Stop, Why, finish, make_step, next_call, refine_record
+from .metrics import MetricSpec
 from .records import Record
 from .steps import Completion, Kind, ModelClient, Outcome, Role, Step, StepSink, Try
 from .strategies import Strategies
@@ -36,6 +38,7 @@ __all__ = [
     "InputField",
     "Job",
     "Kind",
+    "MetricSpec",
     "ModelClient",
     "Outcome",
     "Policy",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .kinds import AnswerKind, Text
+from .metrics import MetricSpec
 from .strategies import Strategies
 
 __all__ = [
@@ -94,6 +95,8 @@ class Job:
     evaluator: Evaluator | None = field(default=None, compare=False)
     checker: Checker | None = field(default=None, compare=False)
     score_from: tuple[str, ...] = ()  # rating fields whose sum replaces the critic's own score
+    # the evaluator's metrics as the hooks declare them (METRICS): better direction, source
+    metrics: Mapping[str, MetricSpec] = field(default_factory=dict, compare=False)
 
     @property
     def scored(self) -> bool:

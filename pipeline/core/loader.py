@@ -24,6 +24,7 @@ from ..errors import JobError
 from .jobs import FIELD_TYPES, FIELD_USES, InputField, Job, builtin_jobs
 from .jobs import placeholders as _placeholders
 from .kinds import BUILTIN_KINDS, AnswerKind
+from .metrics import MetricSpec
 from .strategies import MAX_SAMPLES, Strategies
 
 __all__ = ["load_job"]
@@ -135,6 +136,7 @@ def parse_job(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         strategies=_strategies(r),
         evaluator=_hook(r, module, "evaluate"),
         checker=_hook(r, module, "check"),
+        metrics=_metrics(r, module),
         **fields,
     )
 
@@ -305,6 +307,19 @@ def _hook(r: _Reader, module: ModuleType | None, name: str) -> Any:
     if hook is not None and not callable(hook):
         raise r.fail("hooks.file", f"{name} must be a function")
     return hook
+
+
+def _metrics(r: _Reader, module: ModuleType | None) -> dict[str, MetricSpec]:
+    """The hooks' ``METRICS``: metric name -> ``MetricSpec`` (none without it)."""
+    declared = getattr(module, "METRICS", None)
+    if declared is None:
+        return {}
+    if not isinstance(declared, Mapping):
+        raise r.fail("hooks.file", "METRICS must be a mapping of metric name to MetricSpec")
+    for name, spec in declared.items():
+        if not isinstance(name, str) or not isinstance(spec, MetricSpec):
+            raise r.fail("hooks.file", f"METRICS[{name!r}] must be a MetricSpec")
+    return dict(declared)
 
 
 def _output(r: _Reader, module: ModuleType | None) -> tuple[AnswerKind, str]:

@@ -283,8 +283,11 @@ class Outcome:
         return line
 
     def trace_line(self) -> dict[str, Any]:
-        """The traces.jsonl object; each iteration's answer is marked ``iteration_answer``."""
+        """The traces.jsonl object; each iteration's answer is marked ``iteration_answer``,
+        and the chosen answer ``chosen``."""
         steps = [s.to_dict() for s in self.steps]
         for i in self.answer_steps:
             steps[i]["iteration_answer"] = True
+        if self.chosen_step is not None:
+            steps[self.chosen_step]["chosen"] = True
         return {"id": self.record.id, "steps": steps}

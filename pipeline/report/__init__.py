@@ -1,7 +1,9 @@
 """``refine report``: a run's figures as Markdown with PNG plots, and as one offline HTML page.
 
 One streaming pass over the run directory (:mod:`.source`) feeds the figures
-(:mod:`.aggregate`) and the record browser's data (:mod:`.browser`); the same text
+(:mod:`.aggregate`), the answers each refinement round made better or worse
+(:mod:`.flips`, with the rule of :mod:`.payoff`: does a round pay?) and the record
+browser's data (:mod:`.browser`); the same text
 blocks (:mod:`.document`) become ``report.md`` (:mod:`.markdown`) and ``index.html``
 (:mod:`.html`), with plots drawn by matplotlib (:mod:`.plots`, the ``report`` extra).
 """

@@ -27,10 +27,11 @@ import math
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from .flips import FlipReport, open_flips
 from .source import Key, Pricing, RunInfo, Scan, integer, number, read_run_info, record_values, scan
 
 __all__ = [
@@ -159,6 +160,7 @@ class RunReport:
     answer_spend: tuple[Spend, ...]  # traced generate/refine calls of iteration t
     feedback_spend: tuple[Spend, ...]  # traced feedback calls on the answer of iteration t
     skipped_lines: int  # unreadable lines (a line being written while we read)
+    flips: FlipReport | None = None  # answers each round made better or worse, by metric
 
     @property
     def done(self) -> int:
@@ -491,4 +493,6 @@ def summarize(run_dir: Path, *, sample_size: int = SAMPLE_SIZE) -> RunReport:
     """Read a run directory once and compute every figure of its report."""
     info = read_run_info(run_dir)
     summary = Summary(info.pricing, sample_size)
-    return summary.report(scan(info, [summary]))
+    flips = open_flips(info)
+    found = scan(info, [summary, flips])
+    return replace(summary.report(found), flips=flips.report())

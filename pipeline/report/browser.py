@@ -1,12 +1,14 @@
 """The record browser's data: a summary row for every record, full iterations for some.
 
 The page lists up to ``index_limit`` records (id, line, status, stop reason, iterations,
-chosen iteration, cost, error type, and each measure's initial and chosen value), so a
-reader can filter, search and sort them all. Full iterations (every answer, the feedback
+chosen iteration, cost, error type, each measure's initial and chosen value, and its value
+at every iteration), so a reader can filter, search and sort them all, and find the
+records a given refinement round made worse. Full iterations (every answer, the feedback
 on it with its findings, metrics, errors and calls) are embedded for up to
 ``detail_limit`` records: every record of a run that small, otherwise those asked for by
-id, or else a mix of the failed ones, the most improved, the most worsened and the
-lowest final values of the run's main measure, and the first in file order.
+id, or else a mix of the failed ones, the most improved, the most worsened, the lowest final
+values and the most worsened by one round of the run's main measure, and the first in
+file order.
 
 Rows and iterations are written to temporary files while the run is read, so memory
 holds only the candidates for full iterations (a few per slot), never the whole run.
@@ -15,6 +17,7 @@ holds only the candidates for full iterations (a few per slot), never the whole 
 from __future__ import annotations
 
 import heapq
+import itertools
 import tempfile
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -184,6 +187,16 @@ class _MeasureInfo:
     key: Key
     numeric: bool = False  # a value was a number, not a boolean
     values: int = 0
+    declared: str | None = ""  # the job's better direction ("": undeclared; None: neither)
+
+    @property
+    def better(self) -> str | None:
+        """Which way is better: the score higher, a metric as declared, else a boolean higher."""
+        if self.key[0] == "score":
+            return "higher"
+        if self.declared == "":
+            return None if self.numeric else "higher"
+        return self.declared
 
     @property
     def rate(self) -> bool:
@@ -246,6 +259,16 @@ def _json(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
 
 
+def _worst_round(series: Sequence[float | None], better: str | None) -> float:
+    """The largest step for the worse between consecutive iterations (0: none, or no way
+    is better)."""
+    if better is None:
+        return 0.0
+    sign = 1.0 if better == "higher" else -1.0
+    pairs = itertools.pairwise(series)
+    return max([0.0, *(sign * (a - b) for a, b in pairs if a is not None and b is not None)])
+
+
 def _round_robin(
     sources: Sequence[Iterator[tuple[str, Candidate]]],
 ) -> Iterator[tuple[str, Candidate]]:
@@ -269,8 +292,10 @@ class Browser:
         wanted: Collection[str] | None = None,
         index_limit: int = INDEX_LIMIT,
         detail_limit: int = DETAIL_LIMIT,
+        better: Mapping[str, str | None] | None = None,
     ) -> None:
         self.pricing = pricing
+        self.better = dict(better or {})  # metric -> the job's declared direction
         self.wanted = None if wanted is None else set(wanted)
         self.index_limit = index_limit
         self.detail_limit = detail_limit
@@ -281,11 +306,13 @@ class Browser:
         self.rows = _Spool(b"[", b"]")
         self.details = _Spool(b"{", b"}")
         self.total = 0
+        self.longest = 0  # answers of the longest record
         self.first: list[Candidate] = []
         self.failed = _Slot(detail_limit, "failed")
-        # The critic's score and the first metric seen: most improved, most worsened and
-        # lowest final value. Only these two are followed, so memory stays a few slots.
-        self.slots: dict[Key, tuple[_Slot, _Slot, _Slot]] = {}
+        # The critic's score and the first metric seen: most improved, most worsened, lowest
+        # final value, most worsened by one round. Only these two are followed, so memory
+        # stays a few slots.
+        self.slots: dict[Key, tuple[_Slot, ...]] = {}
         self.picked: dict[str, Candidate] | None = None
         self.main: Key | None = None  # known once the outputs are read
         self.built: set[str] = set()
@@ -295,7 +322,8 @@ class Browser:
     def _measure(self, key: Key) -> _MeasureInfo:
         info = self.measures.get(key)
         if info is None:
-            info = self.measures[key] = _MeasureInfo(len(self.measures), key)
+            declared = self.better.get(key[1], "") if key[0] == "metric" else "higher"
+            info = self.measures[key] = _MeasureInfo(len(self.measures), key, declared=declared)
         return info
 
     def output(self, line: Mapping[str, Any]) -> None:
@@ -303,18 +331,23 @@ class Browser:
         seq = self.total
         self.total += 1
         values = record_values(line)
+        self.longest = max(self.longest, values.size)
         final = values.chosen if values.chosen is not None else values.size - 1
         flat: list[Any] = []
-        ends: list[tuple[Key, float | None, float | None]] = []
+        by_iteration: list[Any] = []
+        ends: list[tuple[Key, float | None, float | None, float]] = []
         for key, series in values.series.items():
-            initial, chosen = series[0], series[final]
-            if initial is None and chosen is None:
+            if all(v is None for v in series):
                 continue
             info = self._measure(key)
             info.numeric = info.numeric or values.numeric[key]
+            by_iteration += [info.index, series]
+            initial, chosen = series[0], series[final]
+            if initial is None and chosen is None:
+                continue
             info.values += 1
             flat += [info.index, initial, chosen]
-            ends.append((key, initial, chosen))
+            ends.append((key, initial, chosen, _worst_round(series, info.better)))
         error = line.get("error")
         row = [
             str(line.get("id")),
@@ -326,6 +359,7 @@ class Browser:
             self.pricing.record(line),
             self.error_types(error.get("type")) if isinstance(error, dict) else None,
             flat,
+            by_iteration,  # [measure, [value at 0, 1, ...]] pairs
         ]
         if seq < self.index_limit:
             self.rows.add(_json(row))
@@ -340,10 +374,12 @@ class Browser:
             self.first.append(cand)
         if line.get("status") == "failed":
             self.failed.offer(0.0, cand)
-        for key, initial, chosen in ends:
-            self._offer(key, initial, chosen, cand)
+        for key, initial, chosen, drop in ends:
+            self._offer(key, initial, chosen, drop, cand)
 
-    def _offer(self, key: Key, initial: float | None, chosen: float | None, c: Candidate) -> None:
+    def _offer(
+        self, key: Key, initial: float | None, chosen: float | None, drop: float, c: Candidate
+    ) -> None:
         slots = self.slots.get(key)
         if slots is None:
             if key[0] == "metric" and any(k[0] == "metric" for k in self.slots):
@@ -353,8 +389,11 @@ class Browser:
                 _Slot(n, f"most improved {label}"),
                 _Slot(n, f"most worsened {label}"),
                 _Slot(n, f"lowest final {label}"),
+                _Slot(n, f"most worsened {label} by one round"),
             )
-        improved, worsened, lowest = slots
+        improved, worsened, lowest, by_round = slots
+        if drop > 0:
+            by_round.offer(drop, c)
         if initial is not None and chosen is not None:
             if chosen > initial:
                 improved.offer(chosen - initial, c)
@@ -438,9 +477,11 @@ class Browser:
             "stops": self.stops.names(),
             "error_types": self.error_types.names(),
             "measures": [
-                {"label": i.label, "rate": i.rate}
+                {"label": i.label, "rate": i.rate, "better": i.better}
                 for i in sorted(self.measures.values(), key=lambda i: i.index)
             ],
+            # refinement rounds: 1 .. rounds (the longest record's)
+            "rounds": max(0, self.longest - 1),
             "main": None if self.main is None else self.measures[self.main].index,
         }
         return meta, self.rows.chunks(), self.details.chunks()

@@ -11,6 +11,8 @@ from typing import Final
 
 from ..runs.manifest import now_iso
 from .aggregate import Cell, Measure, RunReport, Spend
+from .flips import Change, MetricFlips, Round
+from .payoff import Rates, reasoning, recommend
 
 __all__ = [
     "Block",
@@ -264,6 +266,93 @@ def _changes(r: RunReport) -> list[Block]:
     return [*out, Bullets(tuple(items))]
 
 
+def _rate(part: int, whole: int) -> str:
+    return f"{share(part, whole)} ({part:,}/{whole:,})" if whole else "-"
+
+
+def _flip_row(name: str, r: Round) -> tuple[Text, ...]:
+    def counts(c: Change) -> tuple[str, ...]:
+        return (f"{c.better:,}", f"{c.worse:,}", f"{c.same:,}")
+
+    chosen = r.t is None
+    row: tuple[Text, ...] = (
+        name,
+        f"{r.vs_first.n:,}",
+        *(("-", "-", "-") if chosen else counts(r.vs_previous)),
+        *counts(r.vs_first),
+    )
+    rates: Rates | None = r.rates
+    if rates is None:
+        return row
+    return (
+        *row,
+        _rate(rates.right_after, rates.n),
+        _rate(rates.fixed, rates.wrong_before),
+        _rate(rates.broken, rates.right_before),
+        "-" if chosen else ("yes" if rates.pays else "no"),
+    )
+
+
+def _metric_flips(m: MetricFlips) -> list[Block]:
+    header: tuple[Text, ...] = ("t", "records", "better than t-1", "worse than t-1", "same as t-1")
+    header += ("better than first", "worse than first", "same as first")
+    if m.boolean:
+        header += ("right", "correction", "introduction", "round pays")
+    rows = tuple(_flip_row(str(r.t), r) for r in m.rounds)
+    out: list[Block] = [
+        Heading(3, m.label),
+        Table(header, (*rows, _flip_row("chosen", m.chosen))),
+    ]
+    if m.boolean:
+        rounds = [r.rates for r in m.rounds if r.rates is not None]
+        why = reasoning(rounds)
+        out.append(
+            Para(f"Refinements that pay by the rule: {recommend(rounds)}. {why[0]}; {why[1]}.")
+        )
+    return out
+
+
+def _flips(r: RunReport) -> list[Block]:
+    out: list[Block] = [Heading(2, "Flips by round", "flips")]
+    f = r.flips
+    if f is None or not r.done:
+        return [*out, NO_DONE]
+    out.append(
+        Para(
+            "Per metric with a better direction (a boolean: true; a number: as the job "
+            "declares), over the done records, a record that stopped keeping its last answer. "
+            "Row t counts the records round t made better, worse or left the same (against "
+            "t-1), and where they stand against their first answer; the chosen row compares "
+            "the output with the first answer. For a right-or-wrong metric: right at t, "
+            "correction = wrong at t-1 and right at t, over wrong at t-1; introduction = "
+            "right at t-1 and wrong at t, over right at t-1; a round pays while "
+            "correction/introduction > Acc/(1-Acc) at t-1, that is while it fixes more "
+            "answers than it breaks."
+        )
+    )
+    for m in f.metrics:
+        out += _metric_flips(m)
+    if not f.metrics:
+        out.append(Para("No metric with a better direction was recorded."))
+    if f.undirected:
+        out.append(Para(f"No better direction, so no flips: {', '.join(f.undirected)}."))
+    if f.job_problem:
+        out.append(Para(f"Note: {f.job_problem}."))
+    if f.ranks is not None and f.ranks.compared:
+        k = f.ranks
+        out.append(
+            Para(
+                f"The job's checks (which read no label) rank the chosen output below the first "
+                f"answer in {k.below:,} of {k.compared:,} records (0 expected)."
+            )
+        )
+    if f.ranks is not None and f.ranks.unmarked:
+        out.append(
+            Para(f"{f.ranks.unmarked:,} trace(s) mark no first or chosen answer: not ranked.")
+        )
+    return out
+
+
 def _per_dollar(r: RunReport, m: Measure, t: int) -> str:
     value = r.gain_per_dollar(m, t)
     if value is None:
@@ -385,6 +474,7 @@ def build(report: RunReport) -> list[Block]:
         *_header(report),
         *_quality(report),
         *_changes(report),
+        *_flips(report),
         *_costs(report),
         *_runs(report),
         *_latency(report),

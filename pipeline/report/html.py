@@ -172,6 +172,7 @@ def render_html(
 <option value="worsened">worsened</option><option value="unchanged">unchanged</option>
 <option value="value">has a value</option><option value="none">no value</option>
 </select></label>
+<label>round<select id="f-round"><option value="">any</option></select></label>
 <label class="check"><input type="checkbox" id="f-embedded">with iterations only</label>
 </div>
 <div class="note" id="record-count"></div>

@@ -16,7 +16,7 @@
   const rows = embedded("report-rows") || [];
   const details = new Map(Object.entries(embedded("report-details") || {}));
   // Row layout, written by pipeline/report/browser.py.
-  const ID = 0, LINE = 1, STATUS = 2, STOP = 3, MADE = 4, CHOSEN = 5, COST = 6, ERR = 7, VALUES = 8;
+  const ID = 0, LINE = 1, STATUS = 2, STOP = 3, MADE = 4, CHOSEN = 5, COST = 6, ERR = 7, VALUES = 8, SERIES = 9;
 
   // -- small helpers --------------------------------------------------------------------------
 
@@ -141,13 +141,19 @@
   // -- the list -------------------------------------------------------------------------------
 
   const state = { q: "", status: "", stop: "", measure: meta && meta.main !== null ? meta.main : -1,
-    change: "", embedded: false, sort: "line", asc: true, page: 0 };
+    change: "", round: "", embedded: false, sort: "line", asc: true, page: 0 };
   let first = new Float64Array(rows.length), last = new Float64Array(rows.length);
+  let series = []; // each row's value of the chosen measure at every iteration (or null)
   let digits = 0; // decimals of the chosen measure's column
 
   function pickMeasure() {
     first = new Float64Array(rows.length).fill(NaN);
     last = new Float64Array(rows.length).fill(NaN);
+    series = rows.map((row) => {
+      const pairs = row[SERIES] || [];
+      for (let j = 0; j < pairs.length; j += 2) if (pairs[j] === state.measure) return pairs[j + 1];
+      return null;
+    });
     rows.forEach((row, i) => {
       const flat = row[VALUES];
       for (let j = 0; j < flat.length; j += 3) {
@@ -164,16 +170,41 @@
     digits = first.every(whole) && last.every(whole) ? 0 : top <= 1 ? 3 : top < 100 ? 2 : 0;
   }
 
+  function valueAt(i, t) {
+    // A record whose loop stopped before t keeps its last answer (carried forward).
+    const values = series[i];
+    if (!values || !values.length) return NaN;
+    const v = values[Math.min(t, values.length - 1)];
+    return v === null || v === undefined ? NaN : v;
+  }
+
+  function better() {
+    // +1 when higher is better (booleans, the critic's score), -1 when the job declares lower.
+    const m = measureInfo();
+    return m && m.better === "lower" ? -1 : 1;
+  }
+
+  function roundFilter() {
+    if (!state.round) return null;
+    const [kind, t] = state.round.split(":");
+    return { kind, t: Number(t) };
+  }
+
   function keep(i) {
     const row = rows[i];
     if (state.q && !row[ID].toLowerCase().includes(state.q)) return false;
     if (state.status !== "" && row[STATUS] !== Number(state.status)) return false;
     if (state.stop !== "" && row[STOP] !== Number(state.stop)) return false;
     if (state.embedded && !details.has(row[ID])) return false;
+    const round = roundFilter();
+    if (round) {
+      const step = (valueAt(i, round.t) - valueAt(i, round.t - 1)) * better();
+      if (Number.isNaN(step) || (round.kind === "worse" ? step >= 0 : step <= 0)) return false;
+    }
     const a = first[i], b = last[i];
     switch (state.change) {
-      case "improved": return b > a;
-      case "worsened": return b < a;
+      case "improved": return (b - a) * better() > 0;
+      case "worsened": return (b - a) * better() < 0;
       case "unchanged": return a === b;
       case "value": return !Number.isNaN(b);
       case "none": return Number.isNaN(b);
@@ -351,6 +382,37 @@
       callsNode(it));
   }
 
+  function comparedPair(row) {
+    // What the filters ask about: the two answers of a round, or the first and the chosen.
+    const round = roundFilter();
+    if (round) return [round.t - 1, round.t, `what round ${round.t} did`];
+    if ((state.change === "improved" || state.change === "worsened") && row[CHOSEN] !== null) {
+      return [0, row[CHOSEN], "the first answer and the chosen output"];
+    }
+    return null;
+  }
+
+  function compareNode(index, detail) {
+    const pair = comparedPair(rows[index]);
+    if (!pair || !detail || pair[0] === pair[1]) return null;
+    const [from, to, what] = pair;
+    const at = (t) => detail.iterations.find((it) => it.t === t);
+    const a = at(from), b = at(to);
+    if (!a || !b) return null;
+    const m = measureInfo();
+    const side = (it) => {
+      const v = valueAt(index, it.t);
+      const shown = Number.isNaN(v) ? "-" : m && m.rate ? String(v === 1) : m ? measured(v, m, digits) : "";
+      const value = m ? ` · ${m.label} ${shown}` : "";
+      return el("div", { class: "side", "data-t": it.t }, el("h4", {}, `Iteration ${it.t}${value}`),
+        it.output === null || it.output === undefined
+          ? el("p", { class: "note" }, "No answer (the call did not complete).")
+          : el("pre", { class: "answer" }, it.output));
+    };
+    return el("section", { class: "compare" }, el("h3", {}, `Side by side: ${what}`),
+      el("div", { class: "pair" }, side(a), side(b)));
+  }
+
   function renderRecord(id) {
     const box = document.getElementById("record");
     if (id === null) { box.replaceChildren(); return; }
@@ -379,6 +441,8 @@
         el("button", { type: "button", "aria-pressed": String(!showChanges), on: { click: () => { showChanges = false; renderRecord(id); } } }, "as written"),
         el("button", { type: "button", "aria-pressed": String(showChanges), on: { click: () => { showChanges = true; renderRecord(id); } } }, "as changes from the previous one")));
       const its = detail.iterations;
+      const compared = compareNode(index, detail);
+      if (compared) parts.push(compared);
       parts.push(el("div", { class: "iterations" }, its.map((it, i) => iterationNode(it, i > 0 ? its[i - 1] : null, row[CHOSEN]))));
     }
     box.replaceChildren(...parts);
@@ -409,18 +473,25 @@
     fill(document.getElementById("f-stop"), meta.stops);
     const measure = document.getElementById("f-measure");
     fill(measure, meta.measures.map((m) => m.label));
+    const round = document.getElementById("f-round");
+    for (let t = 1; t <= (meta.rounds || 0); t++) {
+      round.append(el("option", { value: `worse:${t}` }, `round ${t} made worse`),
+        el("option", { value: `better:${t}` }, `round ${t} made better`));
+    }
     measure.value = String(state.measure);
     const bind = (id, key, event, read) => document.getElementById(id).addEventListener(event, (e) => {
       state[key] = read(e.target);
       state.page = 0;
       if (key === "measure") pickMeasure();
       renderList();
+      renderRecord(currentRecord()); // the side-by-side answers follow the filters
     });
     bind("f-search", "q", "input", (t) => t.value.trim().toLowerCase());
     bind("f-status", "status", "change", (t) => t.value);
     bind("f-stop", "stop", "change", (t) => t.value);
     bind("f-measure", "measure", "change", (t) => Number(t.value));
     bind("f-change", "change", "change", (t) => t.value);
+    bind("f-round", "round", "change", (t) => t.value);
     bind("f-embedded", "embedded", "change", (t) => t.checked);
   }
 

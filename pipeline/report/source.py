@@ -96,6 +96,8 @@ class RunInfo:
     records: int | None  # input records expected (None: the input file cannot be read)
     bad_lines: int  # input lines that could not become records (errors.jsonl)
     pricing: Pricing
+    job_source: str = ""  # where the run loaded its job from (a built-in's path, or a file)
+    job_hash: str = ""  # the job's content hash when the run started
 
 
 def read_run_info(run_dir: Path) -> RunInfo:
@@ -119,6 +121,8 @@ def read_run_info(run_dir: Path) -> RunInfo:
             price_book(manifest.settings.prices, missing_ok=True),
             {"generate": model, "refine": model, "feedback": critic},
         ),
+        job_source=manifest.job.source,
+        job_hash=manifest.job.hash,
     )
 
 

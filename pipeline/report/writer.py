@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import StoreError
 from .aggregate import SAMPLE_SIZE, Summary
 from .browser import DETAIL_LIMIT, INDEX_LIMIT, Browser
+from .flips import open_flips
 from .html import png_uri, render_html
 from .markdown import render_markdown
 from .plots import figure_class, plot_all
@@ -46,9 +47,14 @@ def write_report(
     info = read_run_info(run_dir)
     target = Path(out) if out is not None else info.run_dir / "report"
     summary = Summary(info.pricing, SAMPLE_SIZE)
-    browser = Browser(info.pricing, wanted=records, index_limit=listed, detail_limit=details)
+    flips = open_flips(info)
+    better = {name: spec.better for name, spec in flips.specs.items()}
+    browser = Browser(
+        info.pricing, wanted=records, index_limit=listed, detail_limit=details, better=better
+    )
     try:
-        report = summary.report(scan(info, [summary, browser]))
+        found = scan(info, [summary, flips, browser])
+        report = replace(summary.report(found), flips=flips.report())
         meta, rows, embedded = browser.finish()
         try:
             target.mkdir(parents=True, exist_ok=True)

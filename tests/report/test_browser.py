@@ -160,7 +160,8 @@ def test_huge_metrics_are_clipped() -> None:
 
 
 def test_rows_hold_codes_and_each_measures_initial_and_chosen_value() -> None:
-    """A row is id, line, status, stop, refinements, chosen, cost, error type and measures."""
+    """A row is id, line, status, stop, refinements, chosen, cost, error type, each measure's
+    initial and chosen value, and its value at every iteration."""
     lines = [
         record("a", [2, 5, 7], chosen=1, metrics=[{"ok": False}, {"ok": True}, {"ok": True}]),
         record("b", [], status="failed", stop="error"),
@@ -170,12 +171,35 @@ def test_rows_hold_codes_and_each_measures_initial_and_chosen_value() -> None:
     assert meta["statuses"] == ["done", "failed"] and meta["stops"] == ["done", "error"]
     assert meta["error_types"] == ["server"]
     assert meta["measures"] == [
-        {"label": "score (critic)", "rate": False},
-        {"label": "ok (rate)", "rate": True},
+        {"label": "score (critic)", "rate": False, "better": "higher"},
+        {"label": "ok (rate)", "rate": True, "better": "higher"},
     ]
-    assert meta["main"] == 0
-    assert rows[0] == ["a", 1, 0, 0, 2, 1, 0.5, None, [0, 2.0, 5.0, 1, 0.0, 1.0]]
-    assert rows[1] == ["b", 1, 1, 1, 0, None, None, 0, []]
+    assert meta["main"] == 0 and meta["rounds"] == 2
+    assert rows[0] == [
+        "a", 1, 0, 0, 2, 1, 0.5, None,
+        [0, 2.0, 5.0, 1, 0.0, 1.0],
+        [0, [2.0, 5.0, 7.0], 1, [0.0, 1.0, 1.0]],
+    ]  # fmt: skip
+    assert rows[1] == ["b", 1, 1, 1, 0, None, None, 0, [], []]
+
+
+def test_a_declared_direction_reaches_the_page() -> None:
+    """A metric the job declares lower-is-better is marked so; an undeclared number has none."""
+    lines = [record("a", [None, None], metrics=[{"len": 3, "n": 2}, {"len": 2, "n": 1}])]
+    meta, _, _ = finished(feed(Browser(MODEL, better={"len": "lower"}), lines))
+    assert {m["label"]: m["better"] for m in meta["measures"]} == {"len": "lower", "n": None}
+
+
+def test_large_runs_embed_the_record_one_round_made_worst() -> None:
+    """Past the limit, the record a single round set back the most is embedded, saying why."""
+    lines = [
+        record("steady", [5, 5, 5]),
+        record("dip", [5, 1, 5]),  # no worse in the end, but round 1 lost 4 points
+        record("r2", [5, 5, 5]),
+        record("r3", [5, 5, 5]),
+    ]
+    _, _, details = finished(feed(Browser(MODEL, detail_limit=2), lines))
+    assert details["dip"]["why"] == "most worsened score (critic) by one round"
 
 
 # -- which records get their iterations --------------------------------------------------------

@@ -365,3 +365,52 @@ def test_empty_run_page_works(browser: Browser, tmp_path: Path) -> None:
     assert seen.page.inner_text("#record-count") == "0 of 0 listed records match"
     assert listed_ids(seen.page) == [] and seen.problems == []
     seen.page.close()
+
+
+def test_round_filter_lists_the_records_a_round_made_worse_side_by_side(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The round filter keeps the records a round made worse (or better), and an opened one
+    shows that round's two answers side by side."""
+    correct = {
+        "a": [False, True, True],
+        "b": [True, False],
+        "d": [False, True],
+        "e": [True, True, False],
+    }
+    outputs, traces = [], []
+    for rid, values in correct.items():
+        metrics = [{"correct": v} for v in values]
+        outputs.append(record(rid, [None] * len(values), metrics=metrics))
+        steps = []
+        for t in range(len(values)):
+            role = "refine" if t else "generate"
+            steps += [step(role, t, output=f"{rid} answer {t}", iteration_answer=True)]
+            steps += [step("feedback", t)]
+        traces.append({"id": rid, "steps": steps})
+    page_path = write_report(make_run(tmp_path / "run", outputs, traces)).html
+    seen = visit(browser, page_path, "records")
+    page = seen.page
+    page.select_option("#f-measure", label="correct (rate)")
+    expected = {"worse:1": {"b"}, "better:1": {"a", "d"}, "better:2": set(), "worse:2": {"e"}}
+    for option, ids in expected.items():
+        page.select_option("#f-round", option)
+        assert set(listed_ids(page)) == ids, option
+    page.click('#record-list tr[data-id="e"]')
+    sides = page.wait_for_selector("#record .compare")
+    assert sides is not None and "what round 2 did" in sides.inner_text()
+    shown = sides.eval_on_selector_all(
+        ".side", "ss => ss.map(s => [s.dataset.t, s.querySelector('pre').textContent])"
+    )
+    assert shown == [["1", "e answer 1"], ["2", "e answer 2"]]
+    text = sides.inner_text()
+    assert "correct (rate) true" in text and "correct (rate) false" in text
+    page.select_option("#f-round", "")
+    assert page.query_selector("#record .compare") is None
+    # Initial -> chosen: worsened shows the first answer beside the chosen output.
+    page.select_option("#f-change", "worsened")
+    assert set(listed_ids(page)) == {"b", "e"}
+    shown = page.eval_on_selector_all("#record .compare .side", "ss => ss.map(s => s.dataset.t)")
+    assert shown == ["0", "2"]
+    assert seen.problems == []
+    page.close()

@@ -32,10 +32,10 @@ import orjson
 from ..core.loader import load_job
 from ..core.records import Record
 from ..errors import ConfigError, StoreError
+from ..io.records import read_records, same_input
 from ..runs.manifest import Manifest
 from ..runs.rundir import RunDir
 from .columns import JSON, NULL, OUTPUT_KINDS, Columns, to_cell, to_column
-from .records import read_records, same_input
 
 __all__ = ["ExportSummary", "export", "export_format", "input_column"]
 

@@ -1,0 +1,42 @@
+"""What a job declares about its evaluator's metrics: which way is better, and what they read.
+
+A job's hooks module may define ``METRICS``, a mapping of metric name to ``MetricSpec``.
+The report counts, per refinement, how many answers a metric says got better or worse,
+which needs the better direction (booleans are higher-is-better unless declared); the
+docs and the report say, per metric, whether it reads a label (a reference answer: it
+measures, and never chooses) or only the answer and the fields the checks see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+__all__ = ["BETTER", "SOURCES", "Better", "MetricSpec", "Source", "compare"]
+
+Better = Literal["higher", "lower"]
+Source = Literal["label", "check"]
+BETTER: Final = ("higher", "lower")
+SOURCES: Final = ("label", "check")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One evaluator metric: what it reads, and which way is better (None: neither)."""
+
+    source: Source  # "label": reads a record's label; "check": the answer and shown fields only
+    better: Better | None = "higher"
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {self.source!r}")
+        if self.better is not None and self.better not in BETTER:
+            raise ValueError(f"better must be one of {', '.join(BETTER)} or None")
+
+
+def compare(before: float, after: float, better: Better) -> int:
+    """+1 when ``after`` is better than ``before``, -1 when worse, 0 when equal."""
+    if after == before:
+        return 0
+    up = after > before
+    return 1 if up == (better == "higher") else -1
