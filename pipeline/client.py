@@ -28,10 +28,18 @@ from .endpoints import Endpoint, Endpoints
 from .errors import AuthError, CallError, FatalCallError, UnavailableError
 from .formats import FormatLadder
 from .limits import RateLimiter, estimate_tokens
-from .outage import FIRST_CONTACT_S, MAX_OUTAGE_S, OUTAGE_AFTER, Outage
+from .outage import (
+    FIRST_CONTACT_S,
+    MAX_OUTAGE_S,
+    OUTAGE_AFTER,
+    PROBE_MAX_TOKENS,
+    PROBE_MESSAGES,
+    Outage,
+)
 from .retry import (
     BACKOFF_BASE_S,
     Decision,
+    OutageState,
     classify_status,
     decide,
     endpoint_fault,
@@ -43,11 +51,6 @@ from .retry import (
 )
 
 __all__ = ["OpenAIClient", "error_message", "read_answer", "redact"]
-
-# The probe sent while an endpoint is in an outage: a one-token request of its own, so
-# that what it proves is the endpoint's health, not that of some record's request.
-PROBE_MESSAGES = ({"role": "user", "content": "Reply with OK."},)
-PROBE_MAX_TOKENS = 1
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -228,7 +231,10 @@ class OpenAIClient:
             failure.attempts, failure.tries = len(tries), tuple(tries)
             failure.messages, failure.model = sent, self._model
             if decision.action == "stop" and not isinstance(failure, FatalCallError):
-                raise self._unavailable(endpoint, failure, tries, sent) from failure
+                stop = endpoint.outage.unavailable(failure)
+                stop.attempts, stop.tries, stop.messages = len(tries), tuple(tries), sent
+                stop.model = self._model
+                raise stop from failure
             if decision.action != "retry":
                 raise failure
             self.retries += 1
@@ -245,33 +251,17 @@ class OpenAIClient:
         failure, outage = error.failure, endpoint.outage
         if endpoint_fault(failure):
             outage.failed(sent_at, probe_delay(outage.probes, self._rng.random(), error.wait))
+        state = outage.state(self.succeeded > 0)
+        if state.exceeded and self.endpoints.healthy():  # the others carry the run
+            state = OutageState(open=True)
         return decide(
             failure,
             attempt=attempt,
             max_retries=self.max_retries,
-            outage=outage.state(self.succeeded > 0),
+            outage=state,
             rand=self._rng.random(),
             wait=error.wait,
             base=self.backoff_base,
-        )
-
-    def _unavailable(
-        self,
-        endpoint: Endpoint[openai.AsyncOpenAI],
-        failure: CallError,
-        tries: Sequence[Try] = (),
-        sent: list[dict[str, str]] | None = None,
-    ) -> UnavailableError:
-        """The error that stops the run: the endpoint failed for everyone past --max-outage."""
-        return UnavailableError(
-            "unavailable",
-            f"the endpoint has been failing for {endpoint.outage.duration():.0f} s "
-            f"(last: {failure}); stopped, resumable",
-            status=failure.status,
-            attempts=len(tries),
-            tries=tuple(tries),
-            messages=sent,
-            model=self._model,
         )
 
     async def _probe(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> bool:
@@ -280,7 +270,8 @@ class OpenAIClient:
         One probe at a time (the breaker's lock, taken in turn), each no sooner than the
         breaker's ``next_probe``. True when the endpoint works again (a probe, ours or an
         earlier one, succeeded): the call goes on. False when our probe failed: the call
-        comes round again. Raises UnavailableError once the outage outlasts --max-outage.
+        comes round again. Raises UnavailableError once the outage outlasts --max-outage
+        with no other endpoint healthy.
         """
         outage = endpoint.outage
         async with outage.lock:
@@ -295,14 +286,13 @@ class OpenAIClient:
                 return True
             delay = probe_delay(outage.probes, self._rng.random(), failed.wait if failed else None)
             outage.probe_failed(sent_at, delay)
-            if outage.exceeded(self.succeeded > 0):
+            if outage.exceeded(self.succeeded > 0) and not self.endpoints.healthy():
                 last = failed.failure if failed else CallError("unavailable", "probe overtaken")
-                raise self._unavailable(endpoint, last) from last
+                raise outage.unavailable(last) from last
             return False
 
     async def _ping(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> _Failed | None:
-        """Send the probe: None when the endpoint answered (any answer but an endpoint fault:
-        even a refusal of the probe proves the server works), else how it failed."""
+        """Send the probe: None when the endpoint answered anything but an endpoint fault."""
         sent = [dict(m) for m in PROBE_MESSAGES]
         body = {"temperature": 0, "max_tokens": PROBE_MAX_TOKENS}
         endpoint.in_flight += 1
@@ -312,6 +302,7 @@ class OpenAIClient:
         except _Failed as failed:
             if isinstance(failed.failure, FatalCallError):
                 raise failed.failure from failed
+            # Even a refusal of the probe (a 400, an empty answer) proves the server works.
             if retryable(failed.failure) and endpoint_fault(failed.failure):
                 return failed
         finally:
@@ -412,8 +403,8 @@ class OpenAIClient:
         if quota_spent(status, code, message, wait):
             failure: CallError = UnavailableError(
                 "quota",
-                f"the API key's quota or billing limit is spent ({text}); stopped, "
-                "resumable: raise the limit or add credit, then run the same command again",
+                f"the API key's quota or billing limit is spent ({text}): raise it or add "
+                "credit, then run the same command again; resumable",
                 status=status,
             )
             return _Failed(failure)

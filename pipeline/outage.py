@@ -23,15 +23,27 @@ from collections.abc import Callable
 
 import anyio
 
+from .errors import CallError, UnavailableError
 from .retry import OutageState
 
-__all__ = ["FIRST_CONTACT_S", "MAX_OUTAGE_S", "OUTAGE_AFTER", "Outage"]
+__all__ = [
+    "FIRST_CONTACT_S",
+    "MAX_OUTAGE_S",
+    "OUTAGE_AFTER",
+    "PROBE_MAX_TOKENS",
+    "PROBE_MESSAGES",
+    "Outage",
+]
 
 # Consecutive endpoint faults with no success between them that make an outage; how
 # long one is waited out (much less for an endpoint that never answered).
 OUTAGE_AFTER = 8
 MAX_OUTAGE_S = 300.0
 FIRST_CONTACT_S = 30.0
+# The client's probe: a one-token request of its own, so that what it proves is the
+# endpoint's health, not that of some record's request.
+PROBE_MESSAGES = ({"role": "user", "content": "Reply with OK."},)
+PROBE_MAX_TOKENS = 1
 
 
 class Outage:
@@ -122,3 +134,12 @@ class Outage:
         if not self.open:
             return OutageState()
         return OutageState(open=True, exceeded=self.exceeded(ever_succeeded))
+
+    def unavailable(self, last: CallError) -> UnavailableError:
+        """The error that stops the run: the outage outlasted what we wait for."""
+        return UnavailableError(
+            "unavailable",
+            f"the endpoint has been failing for {self.duration():.0f} s (last: {last}); "
+            "stopped, resumable",
+            status=last.status,
+        )
