@@ -47,7 +47,6 @@ from .retry import (
     probe_delay,
     quota_spent,
     retry_after,
-    retryable,
 )
 
 __all__ = ["OpenAIClient", "error_message", "read_answer", "redact"]
@@ -302,8 +301,9 @@ class OpenAIClient:
         except _Failed as failed:
             if isinstance(failed.failure, FatalCallError):
                 raise failed.failure from failed
-            # Even a refusal of the probe (a 400, an empty answer) proves the server works.
-            if retryable(failed.failure) and endpoint_fault(failed.failure):
+            # Any answer but an endpoint fault proves the server works: a refusal of the
+            # probe (a 400), an empty answer, even a 200 whose body is no chat completion.
+            if endpoint_fault(failed.failure) and failed.failure.kind != "bad_response":
                 return failed
         finally:
             endpoint.in_flight -= 1
