@@ -118,7 +118,7 @@ def test_probes_wait_for_the_servers_retry_after(tmp_path: Path) -> None:
             "code-improve",
             inp,
             tmp_path / "run",
-            settings(sim.url, concurrency=10),
+            settings(sim.url, concurrency=10, max_retries=1),  # open after 2 faults
             api_key="k",
             show_progress=False,
         )
@@ -207,7 +207,7 @@ def test_a_429_that_never_clears_stops_the_run_resumably(tmp_path: Path) -> None
 def test_a_429_that_sets_in_mid_run_stops_it_with_no_record_failed(tmp_path: Path) -> None:
     """Records done before a lasting 429 stay done; the rest stay pending (exit 5)."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))
-    with Simulator(SimConfig(latency_s=0.05, throttles=((0.4, 1000.0),))) as sim:
+    with Simulator(SimConfig(latency_s=0.05, throttles=((1.0, 1000.0),))) as sim:
         summary = run(
             "code-improve",
             inp,
