@@ -274,9 +274,9 @@ class OpenAIClient:
         """
         outage = endpoint.outage
         async with outage.lock:
-            if not outage.open:
-                return True
-            await anyio.sleep(outage.wait_s())
+            # A fault answered meanwhile (a Retry-After) may push the probe on: wait it too.
+            while outage.open and outage.wait_s() > 0:
+                await anyio.sleep(outage.wait_s())
             if not outage.open:
                 return True
             sent_at = self._clock()

@@ -100,16 +100,15 @@ class Outage:
     def failed(self, sent_at: float | None = None, delay: float = 0.0) -> None:
         """Count an endpoint fault of a request sent at ``sent_at`` (default: now).
 
-        It may open the circuit. While open, the next probe goes no sooner than ``delay``
-        from now (the probe interval, or the server's Retry-After).
+        It may open the circuit. The next probe goes no sooner than ``delay`` from now (the
+        probe interval, or the server's Retry-After), nor than any earlier fault asked.
         """
         now = self._clock()
         self.last_fault = max(self.last_fault, now if sent_at is None else sent_at)
         self.failures += 1
         if self.since is None and self.failures >= self.threshold:
             self.since = now
-        if self.since is not None:
-            self.next_probe = max(self.next_probe, now + delay)
+        self.next_probe = max(self.next_probe, now + delay)
 
     def probe_failed(self, sent_at: float, delay: float) -> None:
         """A probe sent at ``sent_at`` failed: the next one goes ``delay`` from now."""

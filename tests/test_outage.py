@@ -41,14 +41,18 @@ def test_an_answer_sent_before_the_latest_failure_proves_nothing() -> None:
 
 
 def test_probes_are_scheduled_after_each_answer() -> None:
-    """Once open, the next probe is due ``delay`` after the latest fault's answer; a failed
-    probe pushes it on and is counted; a later fault with a longer Retry-After pushes it too."""
+    """The next probe is due ``delay`` after the latest fault's answer and no sooner than any
+    earlier fault asked; a failed probe pushes it on and is counted; a shorter wait never
+    brings it forward."""
     clock = FakeClock(100.0)
     outage = breaker(clock, threshold=2)
-    outage.failed(sent_at=99.0, delay=0.5)
-    assert outage.wait_s() == 0.0  # closed: nothing scheduled
-    outage.failed(sent_at=99.5, delay=0.5)
-    assert outage.open and outage.wait_s() == 0.5
+    outage.failed(sent_at=99.0, delay=2.0)  # a Retry-After before the circuit opened holds
+    clock.advance(1.0)
+    outage.failed(sent_at=100.5, delay=0.5)
+    assert outage.open and outage.wait_s() == 1.0
+    clock.advance(0.5)
+    outage.failed(sent_at=101.0, delay=0.5)
+    assert outage.wait_s() == 0.5
     clock.advance(0.5)
     assert outage.wait_s() == 0.0
     outage.probe_failed(sent_at=clock.now, delay=1.0)
