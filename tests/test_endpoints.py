@@ -157,3 +157,28 @@ def test_requests_spread_over_replicas_by_load(tmp_path: Path) -> None:
         counts = len(served(a)), len(served(b))
     assert summary.exit_code == 0, summary.message
     assert sum(counts) == 40 and min(counts) >= 15, counts
+
+
+def test_one_replica_down_past_max_outage_does_not_stop_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--max-outage stops the run only when every replica is down: one down for good is
+    drained and probed while the other serves every record."""
+    monkeypatch.setattr(endpoints_mod, "PROBE_EVERY_S", 0.2)
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(60))
+    with (
+        Simulator(SimConfig(latency_s=0.02, outages=((0.0, 1e6),))) as down,
+        Simulator(SimConfig(latency_s=0.05)) as up,
+    ):
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(down.url, up.url, concurrency=4, max_retries=2, max_outage=0.5),
+            show_progress=False,
+        )
+        wall = max(served(up))
+    assert summary.exit_code == 0, summary.message
+    assert wall > 1.0, "the run must outlast the down replica's --max-outage"
+    outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
+    assert len(outs) == 60 and all(o["status"] == "done" for o in outs)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.client.formats import FORMAT_VOTES, FormatLadder, format_refused, schema_instruction
+from pipeline.client.formats import (
+    FORMAT_VOTES,
+    FormatLadder,
+    Refusal,
+    format_refused,
+    refusal_of,
+    schema_instruction,
+)
 
 SCHEMA = {
     "type": "object",
@@ -97,3 +104,49 @@ def test_calls_that_succeed_lower_vote_the_pool_down() -> None:
     assert ladder.level == 0
     ladder.succeeded(1)
     assert ladder.level == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "code", "param", "expected"),
+    [
+        # an error about the format: the ladder steps down
+        (400, "Invalid parameter: 'response_format' is not supported.", None, None, "format"),
+        (400, "Unsupported value", "unsupported_value", "response_format", "format"),
+        (422, "json_schema is not supported by this server", None, None, "format"),
+        (500, "1 validation error: response_format extra fields", None, None, "format"),
+        # a 400 naming no cause at all: maybe the format
+        (400, "Bad Request", None, None, "unnamed"),
+        (400, "Error code: 400", None, None, "unnamed"),
+        (422, "", None, None, "unnamed"),
+        # a prompt past the context window, as OpenAI, vLLM and llama.cpp say it
+        (
+            400,
+            "This model's maximum context length is 8192 tokens. However, your messages "
+            "resulted in 9000 tokens (8700 in the messages, 300 in the response_format).",
+            "context_length_exceeded",
+            "messages",
+            "other",
+        ),
+        (400, "Please reduce the length of the messages.", None, None, "other"),
+        (400, "the request exceeds the available context size", None, None, "other"),
+        (400, "m", "exceed_context_size_error", None, "other"),
+        # any other named cause fails the call at once
+        (400, "max_tokens is too large: 99999", None, "max_tokens", "other"),
+        (503, "The engine is currently overloaded", None, None, "other"),
+    ],
+)
+def test_refusal_of_table(
+    status: int, message: str, code: str | None, param: str | None, expected: str
+) -> None:
+    """Only an error naming the format steps down for the pool, a bare one for the call;
+    a context-length error (even one mentioning response_format) or any other is no refusal."""
+    assert refusal_of(status, message, code, param) is Refusal(expected)
+
+
+def test_a_context_length_400_moves_nothing() -> None:
+    """The ladder answers None to a context-length 400: the call fails, the pool stays."""
+    ladder = FormatLadder()
+    message = "This model's maximum context length is 100 tokens."
+    assert ladder.refused(400, message, 0, code="context_length_exceeded") is None
+    assert ladder.refused(400, "Bad Request", 0, code="context_length_exceeded") is None
+    assert ladder.level == 0

@@ -14,6 +14,10 @@ from pipeline.client.retry import (
     backoff_delay,
     classify_status,
     decide,
+    endpoint_fault,
+    error_fields,
+    probe_delay,
+    quota_spent,
     retry_after,
     set_testing,
 )
@@ -75,15 +79,18 @@ def test_classify_status(status: int, kind: str) -> None:
 HTTP500 = CallError("http_500", "HTTP 500: boom", status=500)
 HTTP429 = CallError("http_429", "HTTP 429: slow down", status=429)
 HTTP503 = CallError("http_503", "HTTP 503: busy", status=503)
+HTTP408 = CallError("http_408", "HTTP 408: request timeout", status=408)
+HTTP409 = CallError("http_409", "HTTP 409: conflict", status=409)
 HTTP400 = CallError("http_400", "HTTP 400: bad request", status=400)
 TIMEOUT = CallError("timeout", "no answer within 60 s")
+BROKEN = CallError("connection", "connection failed: reset")
 EMPTY = CallError("empty", "empty answer")
 REFUSAL = CallError("refusal", "model refused: no")
 AUTH = AuthError("auth", "HTTP 401: bad key", status=401)
 NOT_FOUND = FatalCallError("not_found", "HTTP 404: no such model", status=404)
 CLOSED = OutageState()
-OPEN = OutageState(open=True, probes=2)
-GONE = OutageState(open=True, exceeded=True, probes=40)
+OPEN = OutageState(open=True)
+GONE = OutageState(open=True, exceeded=True)
 
 
 @pytest.mark.parametrize(
@@ -95,10 +102,15 @@ GONE = OutageState(open=True, exceeded=True, probes=40)
         (HTTP500, 4, CLOSED, None, Decision("fail")),
         (TIMEOUT, 2, CLOSED, None, Decision("retry", 1.0)),
         (EMPTY, 1, CLOSED, None, Decision("retry", 0.5)),
-        # a 429's Retry-After is the server's exact answer, even when shorter than backoff
-        (HTTP429, 3, CLOSED, 0.1, Decision("retry", 0.1)),
+        # a server's Retry-After, whatever the retryable status, when longer than backoff
+        (HTTP503, 1, CLOSED, 3.0, Decision("retry", 3.0)),
+        (HTTP500, 1, CLOSED, 3.0, Decision("retry", 3.0)),
+        (HTTP408, 1, CLOSED, 3.0, Decision("retry", 3.0)),
+        (HTTP409, 1, CLOSED, 3.0, Decision("retry", 3.0)),
+        (HTTP429, 1, CLOSED, 3.0, Decision("retry", 3.0)),
+        # ... capped, and never shorter than our own backoff
         (HTTP429, 1, CLOSED, 1000.0, Decision("retry", RETRY_AFTER_CAP_S)),
-        # other statuses keep at least our backoff
+        (HTTP429, 3, CLOSED, 0.1, Decision("retry", 2.0)),
         (HTTP503, 3, CLOSED, 0.1, Decision("retry", 2.0)),
         # the request's own fault, or an answer that will not change: fail the record
         (HTTP400, 1, CLOSED, None, Decision("fail")),
@@ -106,18 +118,16 @@ GONE = OutageState(open=True, exceeded=True, probes=40)
         # errors every record would hit stop the run at once
         (AUTH, 1, CLOSED, None, Decision("stop")),
         (NOT_FOUND, 1, OPEN, None, Decision("stop")),
-        # in an outage, server faults are probes: spaced, capped, not counted
-        (HTTP500, 4, OPEN, None, Decision("retry", 2.0, counted=False)),
-        (
-            TIMEOUT,
-            9,
-            OutageState(open=True, probes=30),
-            None,
-            Decision("retry", OUTAGE_PROBE_CAP_S, False),
-        ),
+        # in an outage, endpoint faults wait for the probes: no delay of their own, not
+        # counted; a rate limit is the endpoint's state too
+        (HTTP500, 4, OPEN, None, Decision("retry", 0.0, counted=False)),
+        (TIMEOUT, 9, OPEN, None, Decision("retry", 0.0, counted=False)),
+        (HTTP429, 4, OPEN, 0.2, Decision("retry", 0.0, counted=False)),
         (HTTP500, 1, GONE, None, Decision("stop")),
-        # a 429 during an outage is not a server fault: it follows the normal rule
-        (HTTP429, 4, OPEN, 0.2, Decision("fail")),
+        (HTTP429, 1, GONE, None, Decision("stop")),
+        # a failure that is not the endpoint's follows the call's own budget in an outage
+        (EMPTY, 4, OPEN, None, Decision("fail")),
+        (HTTP409, 2, OPEN, None, Decision("retry", 1.0)),
     ],
 )
 def test_decide_table(
@@ -130,6 +140,98 @@ def test_decide_table(
     """decide() maps failure, attempt and outage state to retry-after-d, fail record, or stop."""
     got = decide(failure, attempt=attempt, max_retries=3, outage=outage, rand=1.0, wait=wait)
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("failure", "expected"),
+    [
+        (HTTP500, True),
+        (HTTP503, True),
+        (HTTP429, True),
+        (HTTP408, True),
+        (TIMEOUT, True),
+        (BROKEN, True),
+        (CallError("bad_response", "malformed response body"), True),
+        (HTTP409, False),
+        (HTTP400, False),
+        (EMPTY, False),
+        (REFUSAL, False),
+    ],
+)
+def test_endpoint_fault_table(failure: CallError, expected: bool) -> None:
+    """5xx, 429, 408, timeouts and broken answers are the endpoint's; the rest the request's."""
+    assert endpoint_fault(failure) is expected
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "message", "expected"),
+    [
+        (429, "insufficient_quota", "You exceeded your current quota.", True),
+        (429, None, "You exceeded your current quota, please check your plan and billing.", True),
+        (429, "billing_hard_limit_reached", "Billing hard limit has been reached", True),
+        (429, None, "Your billing details need attention", True),
+        (429, "rate_limit_exceeded", "Rate limit reached for requests", False),
+        (429, None, "Rate limit reached on tokens per day (TPD)", False),
+        (500, "insufficient_quota", "You exceeded your current quota.", False),
+    ],
+)
+def test_quota_spent_table(status: int, code: str | None, message: str, expected: bool) -> None:
+    """Only a 429 naming the quota or billing (by code or words) is a spent quota."""
+    assert quota_spent(status, code, message) is expected
+
+
+def test_quota_words_with_a_retry_after_are_a_rate_limit() -> None:
+    """Quota words with a Retry-After are waited out; OpenAI's quota code never is."""
+    words = "You exceeded your current quota, please check your plan and billing details."
+    assert not quota_spent(429, None, words, wait=30.0)
+    assert quota_spent(429, "insufficient_quota", words, wait=30.0)
+
+
+@pytest.mark.parametrize(
+    ("probes", "rand", "wait", "expected"),
+    [
+        (0, 1.0, None, 0.5),
+        (0, 0.0, None, 0.25),
+        (1, 1.0, None, 1.0),
+        (3, 1.0, None, 4.0),
+        (4, 1.0, None, OUTAGE_PROBE_CAP_S),
+        (10**6, 1.0, None, OUTAGE_PROBE_CAP_S),
+        (0, 1.0, 3.0, 3.0),  # the server's Retry-After, when longer
+        (10, 1.0, 60.0, 60.0),
+        (10, 1.0, 10**6, RETRY_AFTER_CAP_S),
+    ],
+)
+def test_probe_delay_table(probes: int, rand: float, wait: float | None, expected: float) -> None:
+    """Probes go at a doubling, capped interval, or after the server's Retry-After."""
+    assert probe_delay(probes, rand, wait) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            {"message": "m", "code": "context_length_exceeded", "param": "messages"},
+            ("context_length_exceeded", "messages"),
+        ),
+        (
+            {"error": {"message": "m", "code": "insufficient_quota", "param": None}},
+            ("insufficient_quota", None),
+        ),
+        (
+            {"error": {"code": 400, "message": "m", "type": "exceed_context_size_error"}},
+            ("exceed_context_size_error", None),
+        ),
+        (
+            {"object": "error", "message": "m", "type": "BadRequestError", "code": 400},
+            ("BadRequestError", None),
+        ),
+        ("Bad Request", (None, None)),
+        (None, (None, None)),
+    ],
+)
+def test_error_fields_table(body: object, expected: tuple[str | None, str | None]) -> None:
+    """The code (or llama.cpp's type) and param of OpenAI's, vLLM's and llama.cpp's errors."""
+    assert error_fields(body) == expected
 
 
 @pytest.fixture
@@ -150,5 +252,6 @@ def test_testing_switch_zeroes_every_wait() -> None:
     assert decide(HTTP500, attempt=1, max_retries=3, outage=OPEN, rand=1.0) == Decision(
         "retry", 0.0, counted=False
     )
+    assert probe_delay(5, 1.0, 60.0) == 0.0
     set_testing(False)
     assert backoff_delay(1, 1.0) == 0.5

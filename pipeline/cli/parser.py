@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..client.retry import RETRY_AFTER_CAP_S
 from ..errors import ConfigError
 from ..runs.settings import Settings, parse_shard
 
@@ -21,7 +22,8 @@ EPILOG = """exit status:
   2    bad usage or configuration (unknown job or model, RUN_DIR in use or of another run)
   3    authentication failure (the endpoint refused the API key)
   4    the run directory cannot be written (disk full, read-only); resumable
-  5    the endpoint stayed unavailable longer than --max-outage; resumable
+  5    the endpoint stayed unavailable (5xx, 429, timeouts) longer than --max-outage,
+       or its quota or billing limit is spent; records stay pending; resumable
   6    --budget reached; resumable with a larger --budget
   75   --batch --detach: batches are still in flight; run the same command again later
   130  interrupted (SIGINT/SIGTERM); resumable with the same command or `refine resume`
@@ -187,20 +189,27 @@ def _add_pace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rpm", type=_positive_float, help="requests per minute limit")
     p.add_argument("--tpm", type=_positive_float, help="tokens per minute limit")
     p.add_argument(
-        "--timeout", type=_positive_float, help="seconds per request (default 60; 900 with --local)"
+        "--timeout",
+        type=_positive_float,
+        help="seconds per request attempt, the whole answer included (default 60; 900 with "
+        "--local)",
     )
     p.add_argument(
         "--max-retries",
         type=_non_negative_int,
         default=_DEFAULTS.max_retries,
-        help="retries per call on 429/5xx/timeouts (default %(default)s)",
+        help="retries per call on 408/409/429/5xx, timeouts and broken connections, each after "
+        "exponential backoff or the server's Retry-After when longer (at most "
+        f"{RETRY_AFTER_CAP_S:g} s at a time); a call whose own retries run out while other "
+        "calls succeed fails its record (default %(default)s)",
     )
     p.add_argument(
         "--max-outage",
         type=_positive_float,
         default=_DEFAULTS.max_outage,
-        help="seconds an endpoint may keep failing (5xx, timeouts, refused connections) "
-        "before the run stops, resumable (default %(default)g)",
+        help="seconds an endpoint may keep failing for every call (5xx, 429, timeouts, refused "
+        "connections) before the run stops, resumable; meanwhile one probe at a time "
+        "(default %(default)g; 30 when it never answered)",
     )
 
 

@@ -2,18 +2,19 @@
 
 This is the only retry layer: the openai SDK is built with ``max_retries=0``, and after
 each failed attempt ``retry.decide`` says whether to retry, fail the record or stop the
-run. Every attempt is paced by the run's limiter and reserved against its budget first.
-The pieces it composes each live in a module of their own: ``retry`` (the policy),
-``outage`` (the breaker per endpoint), ``formats`` (how feedback JSON is asked for),
-``endpoints`` (several replicas), ``limits`` (pacing), ``budget`` (the spending cap).
+run. Every attempt is paced by the run's limiter, reserved against its budget first, and
+cut off at ``timeout`` seconds, the whole answer included. While an endpoint is in an
+outage its calls wait for one-at-a-time probes (``_probe``). The pieces it composes each
+live in a module of their own: ``retry`` (the policy), ``outage`` (the breaker per
+endpoint), ``formats`` (how feedback JSON is asked for), ``endpoints`` (several
+replicas), ``limits`` (pacing), ``budget`` (the spending cap).
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -27,14 +28,28 @@ from .budget import Reservation, Spending
 from .endpoints import Endpoint, Endpoints
 from .formats import FormatLadder
 from .limits import RateLimiter, estimate_tokens
-from .outage import FIRST_CONTACT_S, MAX_OUTAGE_S, OUTAGE_AFTER, Outage
-from .retry import BACKOFF_BASE_S, classify_status, decide, retry_after, server_fault
+from .outage import (
+    FIRST_CONTACT_S,
+    MAX_OUTAGE_S,
+    OUTAGE_AFTER,
+    PROBE_MAX_TOKENS,
+    PROBE_MESSAGES,
+    Outage,
+)
+from .retry import (
+    BACKOFF_BASE_S,
+    Decision,
+    OutageState,
+    classify_status,
+    decide,
+    endpoint_fault,
+    error_fields,
+    probe_delay,
+    quota_spent,
+    retry_after,
+)
 
 __all__ = ["OpenAIClient", "error_message", "read_answer", "redact"]
-
-# Seconds past the request timeout before our own deadline cancels an attempt that the
-# SDK's timeout failed to end (a server trickling bytes).
-TIMEOUT_SLACK_S = 5.0
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -45,11 +60,20 @@ def redact(text: str, secret: str | None) -> str:
 
 
 class _Failed(Exception):
-    """One failed attempt: the failure, and the server's Retry-After if it sent one."""
+    """One failed attempt: the failure, the server's Retry-After, and the error's code and
+    param (OpenAI's envelope) when it sent them."""
 
-    def __init__(self, failure: CallError, wait: float | None = None) -> None:
+    def __init__(
+        self,
+        failure: CallError,
+        wait: float | None = None,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
         self.failure = failure
         self.wait = wait
+        self.code = code
+        self.param = param
         super().__init__(str(failure))
 
 
@@ -87,6 +111,7 @@ class OpenAIClient:
         self.calls = 0
         self.retries = 0
         self.succeeded = 0
+        self.probes = 0  # probes of endpoints in an outage (each also counts in ``calls``)
         self._secret = api_key
         self._rng = rng or random.Random()
         self._clock = clock
@@ -170,6 +195,8 @@ class OpenAIClient:
         started = self._clock()
         while True:
             endpoint = self.endpoints.pick()
+            if endpoint.outage.open and not await self._probe(endpoint):
+                continue  # still down: wait for the next probe (or another endpoint)
             level = max(self.formats.level, floor)
             sent, extra = self.formats.request(messages, schema, level)
             body = {
@@ -178,57 +205,110 @@ class OpenAIClient:
                 **(sampling or {}),
                 **extra,
             }
-            async with self._turn(endpoint):
-                sent_at = self._clock()
-                try:
-                    answer = await self._attempt(endpoint, sent, body, max_tokens)
-                except _Failed as failed:
-                    failure, wait = failed.failure, failed.wait
-                else:
-                    endpoint.outage.close(sent_at)
-                    self.formats.succeeded(level)
-                    tries.append(Try(200, round(self._clock() - sent_at, 4)))
-                    return self._completion(answer, sent, started, tries)
+            endpoint.in_flight += 1
+            sent_at = self._clock()
+            try:
+                answer = await self._attempt(endpoint, sent, body, max_tokens)
+            except _Failed as failed:
+                error = failed
+            else:
+                endpoint.outage.close(sent_at)
+                self.formats.succeeded(level)
+                tries.append(Try(200, round(self._clock() - sent_at, 4)))
+                return self._completion(answer, sent, started, tries)
+            finally:
+                endpoint.in_flight -= 1
+            failure = error.failure
             tries.append(Try(failure.status or failure.kind, round(self._clock() - sent_at, 4)))
             if schema is not None and failure.status is not None:
-                next_level = self.formats.refused(failure.status, str(failure), level)
+                next_level = self.formats.refused(
+                    failure.status, str(failure), level, code=error.code, param=error.param
+                )
                 if next_level is not None:  # a format probe is not a failed attempt
                     floor = next_level
                     continue
-            if server_fault(failure):
-                endpoint.outage.failed()
-            decision = decide(
-                failure,
-                attempt=counted + 1,
-                max_retries=self.max_retries,
-                outage=endpoint.outage.state(self.succeeded > 0),
-                rand=self._rng.random(),
-                wait=wait,
-                base=self.backoff_base,
-            )
+            decision = self._decide(endpoint, error, sent_at, counted + 1)
             failure.attempts, failure.tries = len(tries), tuple(tries)
             failure.messages, failure.model = sent, self._model
             if decision.action == "stop" and not isinstance(failure, FatalCallError):
-                raise UnavailableError(
-                    "unavailable",
-                    f"the endpoint has been failing for {endpoint.outage.duration():.0f} s "
-                    f"(last: {failure}); stopped, resumable",
-                    status=failure.status,
-                    attempts=len(tries),
-                    tries=tuple(tries),
-                    messages=sent,
-                    model=self._model,
-                ) from failure
+                stop = endpoint.outage.unavailable(failure)
+                stop.attempts, stop.tries, stop.messages = len(tries), tuple(tries), sent
+                stop.model = self._model
+                raise stop from failure
             if decision.action != "retry":
                 raise failure
             self.retries += 1
             if decision.counted:
                 counted += 1
-                delay = decision.delay
-            else:
-                # Waiting out an outage; when other endpoints are healthy, they take the call.
-                delay = 0.0 if self.endpoints.healthy() else decision.delay
-            await anyio.sleep(delay)
+                await anyio.sleep(decision.delay)
+            # Not counted: the endpoint is in an outage, and the call waits for its probes
+            # (or goes to another endpoint) when it comes round again.
+
+    def _decide(
+        self, endpoint: Endpoint[openai.AsyncOpenAI], error: _Failed, sent_at: float, attempt: int
+    ) -> Decision:
+        """Count an endpoint fault on the breaker, then ask the policy what follows."""
+        failure, outage = error.failure, endpoint.outage
+        if endpoint_fault(failure):
+            outage.failed(sent_at, probe_delay(outage.probes, self._rng.random(), error.wait))
+        state = outage.state(self.succeeded > 0)
+        if state.exceeded and self.endpoints.healthy():  # the others carry the run
+            state = OutageState(open=True)
+        return decide(
+            failure,
+            attempt=attempt,
+            max_retries=self.max_retries,
+            outage=state,
+            rand=self._rng.random(),
+            wait=error.wait,
+            base=self.backoff_base,
+        )
+
+    async def _probe(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> bool:
+        """Wait for this call's turn to probe an endpoint in an outage, then probe it.
+
+        One probe at a time (the breaker's lock, taken in turn), each no sooner than the
+        breaker's ``next_probe``. True when the endpoint works again (a probe, ours or an
+        earlier one, succeeded): the call goes on. False when our probe failed: the call
+        comes round again. Raises UnavailableError once the outage outlasts --max-outage
+        with no other endpoint healthy.
+        """
+        outage = endpoint.outage
+        async with outage.lock:
+            # A fault answered meanwhile (a Retry-After) may push the probe on: wait it too.
+            while outage.open and outage.wait_s() > 0:
+                await anyio.sleep(outage.wait_s())
+            if not outage.open:
+                return True
+            sent_at = self._clock()
+            failed = await self._ping(endpoint)
+            if failed is None and outage.close(sent_at):
+                return True
+            delay = probe_delay(outage.probes, self._rng.random(), failed.wait if failed else None)
+            outage.probe_failed(sent_at, delay)
+            if outage.exceeded(self.succeeded > 0) and not self.endpoints.healthy():
+                last = failed.failure if failed else CallError("unavailable", "probe overtaken")
+                raise outage.unavailable(last) from last
+            return False
+
+    async def _ping(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> _Failed | None:
+        """Send the probe: None when the endpoint answered anything but an endpoint fault."""
+        sent = [dict(m) for m in PROBE_MESSAGES]
+        body = {"temperature": 0, "max_tokens": PROBE_MAX_TOKENS}
+        endpoint.in_flight += 1
+        self.probes += 1
+        try:
+            await self._attempt(endpoint, sent, body, PROBE_MAX_TOKENS)
+        except _Failed as failed:
+            if isinstance(failed.failure, FatalCallError):
+                raise failed.failure from failed
+            # Any answer but an endpoint fault proves the server works: a refusal of the
+            # probe (a 400), an empty answer, even a 200 whose body is no chat completion.
+            if endpoint_fault(failed.failure) and failed.failure.kind != "bad_response":
+                return failed
+        finally:
+            endpoint.in_flight -= 1
+        return None
 
     def _completion(
         self, answer: dict[str, Any], sent: list[dict[str, str]], started: float, tries: list[Try]
@@ -246,23 +326,6 @@ class OpenAIClient:
             model=self._model,
             tries=tuple(tries) if len(tries) > 1 else (),
         )
-
-    @contextlib.asynccontextmanager
-    async def _turn(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> AsyncIterator[None]:
-        """Count the request on its endpoint; while the endpoint is down, one probe at a time."""
-        probing = endpoint.outage.open
-        if probing:
-            await endpoint.outage.lock.acquire()
-            if not endpoint.outage.open:  # it came back while we queued
-                endpoint.outage.lock.release()
-                probing = False
-        endpoint.in_flight += 1
-        try:
-            yield
-        finally:
-            endpoint.in_flight -= 1
-            if probing:
-                endpoint.outage.lock.release()
 
     async def _attempt(
         self,
@@ -299,7 +362,9 @@ class OpenAIClient:
     ) -> httpx2.Response:
         """POST the request; translate every failure into _Failed or a final CallError."""
         try:
-            with anyio.fail_after(self.timeout + TIMEOUT_SLACK_S):
+            # The whole attempt, the answer's last byte included: the SDK's own timeout
+            # spans only each read, which a server trickling bytes never trips.
+            with anyio.fail_after(self.timeout):
                 # A plain POST of bytes we encode: the SDK's typed resource method
                 # transforms every message dict and json-encodes with the standard
                 # library, which costs more CPU per call than the rest of the pipeline.
@@ -331,20 +396,28 @@ class OpenAIClient:
         headers = err.response.headers
         self.limiter.observe(headers)
         message = redact(error_message(err), self._secret)
-        wait = None
+        code, param = error_fields(err.body)
+        wait = retry_after(headers)
         if status == 429:
-            wait = retry_after(headers)
             self.limiter.on_rate_limited(wait)
         text = f"HTTP {status}: {message}"
+        if quota_spent(status, code, message, wait):
+            failure: CallError = UnavailableError(
+                "quota",
+                f"the API key's quota or billing limit is spent ({text}): raise it or add "
+                "credit, then run the same command again; resumable",
+                status=status,
+            )
+            return _Failed(failure)
         kind = classify_status(status)
         if kind == "auth":
             return _Failed(AuthError("auth", text, status=status))
         if status == 404 and ("model" in message.lower() or self.succeeded == 0):
-            failure: CallError = FatalCallError(
+            failure = FatalCallError(
                 "not_found", f"{text} (check --model and --base-url)", status=status
             )
             return _Failed(failure)
-        return _Failed(CallError(f"http_{status}", text, status=status), wait)
+        return _Failed(CallError(f"http_{status}", text, status=status), wait, code, param)
 
 
 def _parse(body: bytes) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 ``--base-url`` given more than once names replicas of the same model (vLLM or llama.cpp
 servers). Each has its own outage breaker. A request goes to the healthy endpoint with
 the fewest requests in flight; an endpoint in an outage is drained (it gets no traffic)
-and probed with one real request every few seconds until it answers again. When every
-endpoint is in an outage, requests queue for one-at-a-time probes, exactly as with a
-single endpoint, and the run stops once the outage has lasted past ``--max-outage``.
+and probed every few seconds (the client's probe, then the call that sent it) until it
+answers again. When every endpoint is in an outage, requests queue for one-at-a-time
+probes, exactly as with a single endpoint, and the run stops once the outage has lasted
+past ``--max-outage``.
 """
 
 from __future__ import annotations
@@ -54,16 +55,18 @@ class Endpoints(Generic[T]):
     def pick(self) -> Endpoint[T]:
         """The endpoint for the next request.
 
-        The least loaded healthy one; now and then (every PROBE_EVERY_S) a drained one, as
-        a probe, when no probe of it is in flight; when none is healthy, the one whose
-        outage began last (the likeliest to come back), for a one-at-a-time probe.
+        The least loaded healthy one; now and then (every PROBE_EVERY_S, and no sooner than
+        its breaker's next probe) a drained one, to be probed, when no probe of it is in
+        flight; when none is healthy, the one whose outage began last (the likeliest to
+        come back), for a one-at-a-time probe.
         """
         healthy = self.healthy()
         if not healthy:
             return max(self.all, key=lambda e: e.outage.since or 0.0)
         now = self._clock()
         for e in self.all:
-            if e.outage.open and not e.outage.lock.locked() and now >= e.next_probe:
+            due = now >= max(e.next_probe, e.outage.next_probe)
+            if e.outage.open and not e.outage.lock.locked() and due:
                 e.next_probe = now + PROBE_EVERY_S
                 return e
         return min(healthy, key=lambda e: e.in_flight)

@@ -2,26 +2,76 @@
 
 Endpoints differ: OpenAI takes ``response_format: json_schema``; llama.cpp-style servers
 take ``json_object`` with a ``schema``; others only plain text with the schema spelled out
-in the prompt. A refusal that names the format moves every later call of the run one level
-down at once. A bare 400 that names nothing might be our format or the request itself, so
-only that call goes one level down; after a few such calls succeed there, the whole pool
-follows.
+in the prompt. The ladder steps down only for an error answer that is about the format
+(``refusal_of``): one that names it moves every later call of the run one level down at
+once; a bare 400 that names nothing might be our format or the request itself, so only
+that call goes one level down, and after a few such calls succeed there, the whole pool
+follows. An error that names another cause (the context length, max_tokens, ...) is no
+refused format: the call fails at once with the provider's message.
 """
 
 from __future__ import annotations
 
+import enum
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
-__all__ = ["FORMAT_VOTES", "LEVELS", "FormatLadder", "format_refused", "without_lengths"]
+__all__ = [
+    "FORMAT_VOTES",
+    "LEVELS",
+    "FormatLadder",
+    "Refusal",
+    "format_refused",
+    "refusal_of",
+    "without_lengths",
+]
 
 LEVELS = ("json_schema", "json_object", "text")
 _HINTS = ("response_format", "json", "schema", "grammar")
 # Calls that had to go one level down after a 400 naming nothing before the whole pool
 # goes down too.
 FORMAT_VOTES = 3
+# A prompt past the model's context window, as OpenAI, vLLM, llama.cpp and others say it.
+_CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+_CONTEXT_WORDS = re.compile(
+    r"context[ _]?(length|window|size)|maximum context|too many tokens|prompt is too long"
+    r"|input is too long|reduce the length",
+    re.IGNORECASE,
+)
+# The words of an error message that names no cause at all ("Bad Request", "Error code: 400").
+_BARE_WORDS = frozenset(
+    {"bad", "request", "invalid", "error", "code", "http", "status", "unprocessable", "entity"}
+)
+
+
+class Refusal(enum.Enum):
+    """What an error answer to a structured request says about the format."""
+
+    FORMAT = "format"  # it names the response format: the endpoint refuses ours
+    UNNAMED = "unnamed"  # a bare 400/422 naming no cause: maybe the format, maybe not
+    OTHER = "other"  # it names another cause (context length, max_tokens, ...)
+
+
+def refusal_of(
+    status: int, message: str, code: str | None = None, param: str | None = None
+) -> Refusal:
+    """What an error answer (its status, message, and OpenAI's ``code`` and ``param``) means
+    for the format ladder."""
+    if (code or "").lower() in _CONTEXT_CODES or _CONTEXT_WORDS.search(message):
+        return Refusal.OTHER
+    if (param or "").startswith("response_format") or format_refused(status, message):
+        return Refusal.FORMAT
+    if status in (400, 422) and _names_nothing(message):
+        return Refusal.UNNAMED
+    return Refusal.OTHER
+
+
+def _names_nothing(message: str) -> bool:
+    words = re.findall(r"[a-z]+", message.lower())
+    return all(w in _BARE_WORDS for w in words)
 
 
 def format_refused(status: int, message: str) -> bool:
@@ -114,17 +164,26 @@ class FormatLadder:
             sent[-1]["content"] = sent[-1]["content"] + schema_instruction(schema)
         return sent, extra
 
-    def refused(self, status: int, message: str, level: int) -> int | None:
+    def refused(
+        self,
+        status: int,
+        message: str,
+        level: int,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> int | None:
         """The level this call should try next after an error answer, or None.
 
         None means the error is not about the format (or there is no level left).
         """
         if level >= len(LEVELS) - 1:
             return None
-        if format_refused(status, message):
+        refusal = refusal_of(status, message, code, param)
+        if refusal is Refusal.FORMAT:
             self.level = max(self.level, level + 1)
             return self.level
-        if status in (400, 422):
+        if refusal is Refusal.UNNAMED:
             return level + 1
         return None
 

@@ -5,16 +5,19 @@ It speaks just enough HTTP/1.1 on raw ``asyncio`` protocols to be driven by the 
 ``/v1/models``, ``/v1/files`` and ``/v1/batches``. Answers are deterministic functions of
 the request messages and the seed; the simulator can enforce OpenAI-style rate limits,
 inject faults (errors, hangs, resets, truncated bodies, outages, cut-off answers,
-refusals), and run Batch API batches in scaled time with failed lines, expiry,
-cancellation and OpenAI's batch limits.
+refusals, and those real providers send: Retry-After on 5xx, a request that always
+crashes the server, context-length 400s, 429s without Retry-After, a spent quota), and
+run Batch API batches in scaled time with failed lines, expiry, cancellation and
+OpenAI's batch limits.
 
 Use it in-process (``with Simulator(SimConfig(...)) as sim: ... sim.url``) or as a separate
 process: ``python -m pipeline.testing.simulator --port 0 --latency 0.05`` prints one line
 ``listening http://127.0.0.1:PORT/v1`` once ready and serves until SIGTERM/SIGINT.
 
 Modules: ``config`` (SimConfig), ``content`` (the answers), ``engine`` (chat completions),
-``ratelimit``, ``files`` and ``batches`` (the Batch API), ``app`` (routing), ``http`` (the
-HTTP/1.1 server), ``server`` (Simulator), ``log`` (RequestLog), ``cli`` (main).
+``faults`` (the faults real providers send), ``ratelimit``, ``files`` and ``batches`` (the
+Batch API), ``app`` (routing), ``http`` (the HTTP/1.1 server), ``server`` (Simulator),
+``log`` (RequestLog), ``cli`` (main).
 """
 
 from .cli import main

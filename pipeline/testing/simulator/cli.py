@@ -81,6 +81,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="START:END seconds since server start (repeatable)",
     )
     parser.add_argument("--faults-seed", dest="faults_seed", type=int, default=d.faults_seed)
+    real = parser.add_argument_group("faults as real providers send them")
+    real.add_argument(
+        "--retry-after",
+        dest="retry_after_s",
+        type=float,
+        default=d.retry_after_s,
+        help="seconds every 5xx answer asks the client to wait (Retry-After)",
+    )
+    real.add_argument(
+        "--retry-after-unit",
+        dest="retry_after_unit",
+        choices=("s", "ms"),
+        default=d.retry_after_unit,
+        help="send it as retry-after (s) or retry-after-ms (ms)",
+    )
+    real.add_argument(
+        "--poison", default=d.poison, help="requests whose messages hold this text always fail"
+    )
+    real.add_argument("--poison-status", dest="poison_status", type=int, default=d.poison_status)
+    real.add_argument(
+        "--context-limit",
+        dest="context_limit",
+        type=_optional_int,
+        default=d.context_limit,
+        help="prompt plus max_tokens above this: 400 context_length_exceeded",
+    )
+    real.add_argument(
+        "--throttle",
+        dest="throttles",
+        type=_outage,
+        action="append",
+        default=[],
+        help="START:END seconds answering 429 without Retry-After (repeatable)",
+    )
+    real.add_argument(
+        "--quota",
+        dest="quota_requests",
+        type=_optional_int,
+        default=d.quota_requests,
+        help="answers the key's quota covers; then 429 insufficient_quota",
+    )
     batch = parser.add_argument_group("Batch API")
     for flag, name, kind, help_ in (
         ("--batch-validating", "batch_validating_s", float, "seconds a batch spends validating"),
@@ -113,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     values: dict[str, Any] = vars(build_parser().parse_args(argv))
     values["models"] = _names(values["models"])
     values["outages"] = tuple(values["outages"])
+    values["throttles"] = tuple(values["throttles"])
     host: str = values.pop("host")
     port: int = values.pop("port")
     log_path: str | None = values.pop("log_path")

@@ -57,6 +57,18 @@ class SimConfig:
     p_refusal: float = 0.0
     outages: tuple[tuple[float, float], ...] = ()
     faults_seed: int = 0
+    # Faults as real providers send them (see ``faults``): a Retry-After on every 5xx
+    # answer, in seconds (``retry_after_unit`` "s") or milliseconds ("ms"); a marker that
+    # makes any request holding it fail with ``poison_status``; a context window (prompt
+    # plus max_tokens); windows answering 429 without Retry-After; the answers a key's
+    # quota covers before 429 ``insufficient_quota``.
+    retry_after_s: float | None = None
+    retry_after_unit: str = "s"
+    poison: str | None = None
+    poison_status: int = 500
+    context_limit: int | None = None
+    throttles: tuple[tuple[float, float], ...] = ()
+    quota_requests: int | None = None
     # Batch API: seconds spent validating, in progress (the completion delay) and finalizing.
     batch_validating_s: float = 0.05
     batch_delay_s: float = 0.2
@@ -90,9 +102,10 @@ class SimConfig:
             limit = getattr(self, name)
             if limit is not None and not limit > 0:
                 raise ValueError(f"{name} must be positive when set, not {limit!r}")
-        for window in self.outages:
+        for window in (*self.outages, *self.throttles):
             if len(window) != 2 or window[1] < window[0]:
-                raise ValueError(f"outage windows are (start_s, end_s) pairs, not {window!r}")
+                raise ValueError(f"windows are (start_s, end_s) pairs, not {window!r}")
+        self._check_real_faults()
         if not self.line_fail_statuses or any(not 400 <= s <= 599 for s in self.line_fail_statuses):
             raise ValueError(
                 f"line_fail_statuses must be HTTP error statuses, not {self.line_fail_statuses!r}"
@@ -104,3 +117,15 @@ class SimConfig:
             limit = getattr(self, name)
             if limit is not None and limit < 1:
                 raise ValueError(f"{name} must be at least 1 when set, not {limit!r}")
+
+    def _check_real_faults(self) -> None:
+        if self.retry_after_s is not None and self.retry_after_s < 0:
+            raise ValueError(f"retry_after_s must not be negative, not {self.retry_after_s!r}")
+        if self.retry_after_unit not in ("s", "ms"):
+            raise ValueError(f"retry_after_unit must be 's' or 'ms', not {self.retry_after_unit!r}")
+        if not 500 <= self.poison_status <= 599:
+            raise ValueError(f"poison_status must be a 5xx status, not {self.poison_status!r}")
+        for name in ("context_limit", "quota_requests"):
+            limit = getattr(self, name)
+            if limit is not None and limit < 0:
+                raise ValueError(f"{name} must not be negative, not {limit!r}")

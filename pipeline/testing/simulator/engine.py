@@ -16,6 +16,14 @@ import orjson
 from .auth import auth_error
 from .config import DEFAULT_MODEL, FAULTS, SimConfig
 from .content import AnswerMode, content_text, estimate_tokens, write_answer
+from .faults import (
+    Refusal,
+    context_refusal,
+    poison_refusal,
+    quota_refusal,
+    retry_after_headers,
+    throttle_refusal,
+)
 from .log import RequestLog, RequestLogger
 from .ratelimit import RateLimiter
 from .replies import Action, Reply, error_body, json_reply
@@ -219,8 +227,9 @@ class _Call:
         return Reply(status, payload, headers or [], action, delay, hang_s, log)
 
 
-def _validate(cfg: SimConfig, call: _Call, parsed: Any) -> ChatRequest | Reply:
-    """The request, or the reply refusing it: a bad key, an invalid body, an outage."""
+def _validate(cfg: SimConfig, call: _Call, parsed: Any, answered: int) -> ChatRequest | Reply:
+    """The request, or the reply refusing it: a bad key, an invalid body, an outage, a
+    rate limit that does not clear, a spent quota, a prompt past the context window."""
     auth = auth_error(cfg.api_key, call.headers)
     if auth is not None:
         return call.reply(401, auth, "auth")
@@ -230,8 +239,19 @@ def _validate(cfg: SimConfig, call: _Call, parsed: Any) -> ChatRequest | Reply:
     if any(start <= call.t < end for start, end in cfg.outages):
         message = "The service is temporarily unavailable (simulated outage)."
         payload = error_body(message, "server_error", None, "service_unavailable")
-        return call.reply(503, payload, "outage")
+        return call.reply(503, payload, "outage", headers=list(retry_after_headers(cfg)))
+    refusal = (
+        throttle_refusal(cfg, call.t)
+        or quota_refusal(cfg, answered)
+        or context_refusal(cfg, request.prompt_tokens, request.max_tokens)
+    )
+    if refusal is not None:
+        return _refuse(call, refusal)
     return request
+
+
+def _refuse(call: _Call, refusal: Refusal) -> Reply:
+    return call.reply(refusal.status, refusal.body, refusal.outcome, headers=list(refusal.headers))
 
 
 class Engine:
@@ -245,12 +265,14 @@ class Engine:
         self._applied: SimConfig | None = None
         self._fault_rng = random.Random(0)
         self._jitter_rng = random.Random(0)
+        self._answered = 0  # full answers given, against ``quota_requests``
 
     def open(self, now: float) -> None:
         """Start the clock; the first request sets up limits and draws afresh."""
         self.t0 = now
         self._applied = None
         self._limiter = RateLimiter()
+        self._answered = 0
 
     def _apply(self, cfg: SimConfig, now: float) -> None:
         """Bring the limits and random streams in line with a (possibly swapped) config."""
@@ -276,7 +298,7 @@ class Engine:
         body: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
         model = body.get("model")
         call = _Call(now - self.t0, body, headers, model if isinstance(model, str) else None)
-        request = _validate(cfg, call, parsed)
+        request = _validate(cfg, call, parsed, self._answered)
         if isinstance(request, Reply):
             return request
         admission = self._limiter.admit(now, request.cost)
@@ -288,15 +310,20 @@ class Engine:
         if cfg.jitter_s > 0:
             delay += self._jitter_rng.uniform(-cfg.jitter_s, cfg.jitter_s)
         delay = max(0.0, delay)
+        poison = poison_refusal(cfg, request.texts)
+        if poison is not None:
+            extra = [*admission.headers, *poison.headers]
+            return call.reply(poison.status, poison.body, poison.outcome, headers=extra)
         fault = _fault(cfg, draws)
         if fault is not None:
             status, payload, outcome, action = fault
             if action == "hang":
                 return call.reply(0, b"", outcome, action=action, hang_s=cfg.hang_s)
-            rl_headers = admission.headers if status else []
+            rl_headers = [*admission.headers, *retry_after_headers(cfg)] if status else []
             return call.reply(
                 status, payload, outcome, action=action, delay=delay, headers=rl_headers
             )
+        self._answered += 1
         value, outcome, usage = self.answer(
             cfg, request, cut=draws[5] < cfg.p_length, refuse=draws[6] < cfg.p_refusal
         )
