@@ -157,6 +157,61 @@ def _check_budget(prices: PriceBook, generator: Endpoint, critic: Endpoint | Non
             )
 
 
+def _begin(
+    rd: RunDir,
+    job: Job,
+    input_path: Path,
+    settings: Settings,
+    generator: Endpoint,
+    critic: Endpoint | None,
+) -> Manifest:
+    """The manifest of this invocation, written: a new run's, or the next of the same run
+    (a different job, model, input or identity setting is refused)."""
+    old = rd.read_manifest()
+    # A Parquet input's fingerprint hashes the whole file: only a new run takes it
+    # (a continued run keeps its own, checked by same_input below).
+    known = old.input.fingerprint if old is not None else fingerprint(input_path)
+    manifest = _manifest(job, input_path, settings, generator, critic, known)
+    if old is not None:
+        refuse_different(old, manifest, str(rd.path))
+        if not same_input(input_path, old.input.fingerprint):
+            raise ConfigError(
+                f"{input_path} is not the input of the run in {rd.path} "
+                f"(that was {old.input.path}; only appending records is allowed)"
+            )
+        manifest = old.continued_by(replace(manifest, input=old.input))
+    rd.write_manifest(manifest)
+    return manifest
+
+
+def _models(
+    settings: Settings,
+    api_key: str | None,
+    session: Session,
+    sides: tuple[Endpoint, Endpoint | None],
+    client: ModelClient | None,
+    critic: ModelClient | None,
+) -> Models:
+    """The run's clients: those given, else opened on the generator's and critic's sides."""
+    generator, critic_side = sides
+    owned: list[OpenAIClient] = []
+    gen_client = client
+    if gen_client is None:
+        gen_client = open_client(generator, settings, api_key, session.budget)
+        owned.append(gen_client)
+    critic_client = critic
+    if critic_client is None and critic_side is not None:
+        if critic_side is generator and isinstance(gen_client, OpenAIClient):
+            critic_client = gen_client
+        else:
+            critic_client = open_client(critic_side, settings, api_key, session.budget)
+            owned.append(critic_client)
+    models = Models(gen_client, critic_client, tuple(owned))
+    if settings.workers is not None:
+        models.plan = ClientPlan(generator, critic_side, api_key)
+    return models
+
+
 async def arun(
     job: Job | str,
     input_path: str | Path,
@@ -197,38 +252,11 @@ async def arun(
                 _check_budget(prices, generator, critic_side)
             if settings.workers is not None and (client is not None or critic is not None):
                 raise ConfigError("--workers opens its clients on the Ray workers: give no client")
-            old = rd.read_manifest()
-            # A Parquet input's fingerprint hashes the whole file: only a new run takes it
-            # (a continued run keeps its own, checked by same_input below).
-            known = old.input.fingerprint if old is not None else fingerprint(input_path)
-            manifest = _manifest(job, input_path, settings, generator, critic_side, known)
-            if old is not None:
-                refuse_different(old, manifest, str(rd.path))
-                if not same_input(input_path, old.input.fingerprint):
-                    raise ConfigError(
-                        f"{input_path} is not the input of the run in {rd.path} "
-                        f"(that was {old.input.path}; only appending records is allowed)"
-                    )
-                manifest = old.continued_by(replace(manifest, input=old.input))
-            rd.write_manifest(manifest)
+            manifest = _begin(rd, job, input_path, settings, generator, critic_side)
             session = Session(job, input_path, rd, manifest, prices, show_progress)
-            owned: list[OpenAIClient] = []
-            gen_client = client
-            if gen_client is None:
-                gen_client = open_client(generator, settings, api_key, session.budget)
-                owned.append(gen_client)
-            critic_client = critic
-            if critic_client is None and critic_side is not None:
-                if critic_side is generator and isinstance(gen_client, OpenAIClient):
-                    critic_client = gen_client
-                else:
-                    critic_client = open_client(critic_side, settings, api_key, session.budget)
-                    owned.append(critic_client)
-            models = Models(gen_client, critic_client, tuple(owned))
+            models = _models(settings, api_key, session, (generator, critic_side), client, critic)
             if settings.batch:
                 models.batch = batch or _batch_clients(settings, api_key, generator, critic_side)
-            if settings.workers is not None:
-                models.plan = ClientPlan(generator, critic_side, api_key)
             try:
                 summary = await _execute(session, models, driver, install_signal_handlers)
             finally:

@@ -66,6 +66,13 @@ def _shard(text: str) -> tuple[int, int]:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     """The options of `refine run` that shape a run (shared with `refine estimate`)."""
+    _add_models(p)
+    _add_loop_options(p)
+    _add_input_options(p)
+
+
+def _add_models(p: argparse.ArgumentParser) -> None:
+    """The job, the input, and where the generator and the critic are served."""
     p.add_argument("job", help="built-in job name (see `refine jobs`) or path to a job file")
     p.add_argument(
         "input",
@@ -91,6 +98,26 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--feedback-base-url", metavar="URL", help="the critic's endpoint (default: the model's)"
     )
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="use the embedded local model (llama.cpp; needs refine[local])",
+    )
+    p.add_argument(
+        "--local-model",
+        help="local model name, hf:OWNER/NAME/FILE.gguf or path to a .gguf (implies --local)",
+    )
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="prices over the built-in table: JSON or TOML, model -> {input, output} "
+        "dollars per million tokens",
+    )
+    p.add_argument("--batch", action="store_true", help="every call through the Batch API")
+
+
+def _add_loop_options(p: argparse.ArgumentParser) -> None:
+    """How each record's loop runs: iterations, checks, strategies, the choice."""
     p.add_argument(
         "--max-iters",
         type=_max_iters,
@@ -142,6 +169,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "critic's score, else the latest), or a rule the job's kind offers "
         "(code-improve: pooled, the draft passing most of the tests all drafts wrote)",
     )
+
+
+def _add_input_options(p: argparse.ArgumentParser) -> None:
+    """Which records of the input the run covers."""
     p.add_argument(
         "--id-field",
         default=_DEFAULTS.id_field,
@@ -160,22 +191,6 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="only the records whose id hashes to shard I of N (0-based); "
         "`refine merge` joins the shards' run directories",
     )
-    p.add_argument(
-        "--local",
-        action="store_true",
-        help="use the embedded local model (llama.cpp; needs refine[local])",
-    )
-    p.add_argument(
-        "--local-model",
-        help="local model name, hf:OWNER/NAME/FILE.gguf or path to a .gguf (implies --local)",
-    )
-    p.add_argument(
-        "--prices",
-        metavar="FILE",
-        help="prices over the built-in table: JSON or TOML, model -> {input, output} "
-        "dollars per million tokens",
-    )
-    p.add_argument("--batch", action="store_true", help="every call through the Batch API")
 
 
 def _add_pace_options(p: argparse.ArgumentParser) -> None:
