@@ -23,14 +23,13 @@ as unknown, never as free.
 
 from __future__ import annotations
 
-import math
-import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from .distribution import Distribution, Reservoir
 from .flips import FlipReport, open_flips
 from .source import Key, Pricing, RunInfo, Scan, integer, number, read_run_info, record_values, scan
 
@@ -93,27 +92,6 @@ class Measure:
 
 
 @dataclass(frozen=True, slots=True)
-class Distribution:
-    """Exact count, mean and extremes of a stream of values, plus a bounded sample of it."""
-
-    count: int
-    mean: float | None
-    min: float | None
-    max: float | None
-    sample: tuple[float, ...]
-
-    def quantile(self, q: float) -> float | None:
-        """The ``q`` quantile of the sample (exact while the stream fit in the sample)."""
-        if not self.sample:
-            return None
-        ordered = sorted(self.sample)
-        pos = (len(ordered) - 1) * q
-        lo = math.floor(pos)
-        hi = min(lo + 1, len(ordered) - 1)
-        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-@dataclass(frozen=True, slots=True)
 class Spend:
     """Dollars of a set of calls: the sum of those with a price, and how many had none."""
 
@@ -157,6 +135,7 @@ class RunReport:
     latency: Mapping[str, Distribution]  # seconds per call, by role
     step_errors: Mapping[str, int]  # calls that recorded an error, by role
     retried: Mapping[str, int]  # calls that needed more than one attempt, by role
+    kinds: Mapping[str, int]  # calls by kind: the method's, repairs, each strategy's
     answer_spend: tuple[Spend, ...]  # traced generate/refine calls of iteration t
     feedback_spend: tuple[Spend, ...]  # traced feedback calls on the answer of iteration t
     skipped_lines: int  # unreadable lines (a line being written while we read)
@@ -294,37 +273,6 @@ class _Series:
         )
 
 
-class _Reservoir:
-    """A uniform sample of at most ``size`` values of a stream (Vitter's algorithm R)."""
-
-    __slots__ = ("count", "items", "max", "min", "rng", "size", "total")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: list[float] = []
-        self.count = 0
-        self.total = 0.0
-        self.min: float | None = None
-        self.max: float | None = None
-        self.rng = random.Random(0)  # seeded: the same run gives the same report
-
-    def add(self, value: float) -> None:
-        self.count += 1
-        self.total += value
-        self.min = value if self.min is None else min(self.min, value)
-        self.max = value if self.max is None else max(self.max, value)
-        if len(self.items) < self.size:
-            self.items.append(value)
-            return
-        j = self.rng.randrange(self.count)
-        if j < self.size:
-            self.items[j] = value
-
-    def freeze(self) -> Distribution:
-        mean = self.total / self.count if self.count else None
-        return Distribution(self.count, mean, self.min, self.max, tuple(self.items))
-
-
 class _Quality:
     """Per-iteration sums of the score and of every evaluator metric, over done records."""
 
@@ -403,11 +351,12 @@ class Summary:
         self.dollars = 0.0
         self.priced = 0
         self.unpriced = 0
-        self.tokens = _Reservoir(sample_size)
+        self.tokens = Reservoir(sample_size)
         self.quality = _Quality()
-        self.latency: dict[str, _Reservoir] = {}
+        self.latency: dict[str, Reservoir] = {}
         self.errors: Counter[str] = Counter()
         self.retried: Counter[str] = Counter()
+        self.kinds: Counter[str] = Counter()
         self.answers = _Spends()
         self.feedback = _Spends()
 
@@ -439,10 +388,14 @@ class Summary:
             if not isinstance(step, dict):
                 continue
             role = str(step.get("role"))
+            if step.get("response") is not None:  # a call made (not one that failed for good)
+                self.kinds[
+                    str(step.get("kind") or ("feedback" if role == "feedback" else "answer"))
+                ] += 1
             seconds = number(step.get("latency_s"))
             if seconds is not None:
                 if role not in self.latency:
-                    self.latency[role] = _Reservoir(self.sample_size)
+                    self.latency[role] = Reservoir(self.sample_size)
                 self.latency[role].add(seconds[0])
             if step.get("error"):
                 self.errors[role] += 1
@@ -483,6 +436,7 @@ class Summary:
             latency={role: self.latency[role].freeze() for role in order},
             step_errors=dict(self.errors),
             retried=dict(self.retried),
+            kinds=dict(self.kinds.most_common()),
             answer_spend=self.answers.freeze(),
             feedback_spend=self.feedback.freeze(),
             skipped_lines=found.skipped_lines,

@@ -434,6 +434,9 @@ def _runs(r: RunReport) -> list[Block]:
     ]
 
 
+_STRATEGY_KINDS = ("sample", "restart", "copy_retry")
+
+
 def _latency(r: RunReport) -> list[Block]:
     out: list[Block] = [Heading(2, "Call latency by role", "latency")]
     if not r.latency:
@@ -457,6 +460,11 @@ def _latency(r: RunReport) -> list[Block]:
             ),
         )
     )
+    if r.kinds:
+        kinds = ", ".join(f"{kind} {n:,}" for kind, n in r.kinds.items())
+        strategies = sum(n for kind, n in r.kinds.items() if kind in _STRATEGY_KINDS)
+        extra = f"{strategies:,} from opt-in strategies" if strategies else "none from a strategy"
+        out.append(Para(f"Calls by kind: {kinds} ({extra}; repair re-asks a cut-off call)."))
     if any(d.count > len(d.sample) for d in r.latency.values()):
         out.append(
             Para(

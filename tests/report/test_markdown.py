@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from pipeline import ConfigError, Settings, run
-from pipeline.report import summarize, write_report
+from pipeline.report import render_markdown, summarize, write_report
 from pipeline.testing.simulator import Simulator
 from tests.helpers import tasks, write_jsonl
-from tests.report.runs import assert_png, by_name, gsm_run, make_run, priced_run, record
+from tests.report.runs import assert_png, by_name, gsm_run, make_run, priced_run, record, step
 
 # -- files and Markdown ------------------------------------------------------------------------
 
@@ -160,3 +160,19 @@ def test_unpriced_run_has_no_cost_table_and_says_what_is_unknown(tmp_path: Path)
     outputs[0]["cost_usd"], outputs[1]["cost_usd"] = 0.125, None
     md = write_report(make_run(tmp_path / "b", outputs)).markdown.read_text()
     assert "| cost | $0.1250 for the priced records; 1 unknown |" in md
+
+
+def test_calls_are_counted_by_kind(tmp_path: Path) -> None:
+    """The report counts calls by kind, telling the method's from repairs and strategies;
+    a call that failed for good is no call made."""
+    steps = [
+        step("generate", 0, kind="answer"),
+        step("generate", 0, kind="sample"),
+        step("feedback", 0, kind="feedback"),
+        step("refine", 1, kind="answer", response=None),
+    ]
+    run_dir = make_run(tmp_path / "run", [record("r1", [3.0])], [{"id": "r1", "steps": steps}])
+    report = summarize(run_dir)
+    assert report.kinds == {"answer": 1, "sample": 1, "feedback": 1}
+    md = render_markdown(report)
+    assert "Calls by kind: answer 1, sample 1, feedback 1 (1 from opt-in strategies" in md
