@@ -12,14 +12,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobs.code import CodeWithTests, check_answer, findings, metrics, split
+from jobs.code.checks import TESTS_PASSED, TESTS_TOTAL
 from pipeline.core.metrics import MetricSpec
 
 KIND = CodeWithTests()
 # The tests are the answer's own, and the examples the request's: no metric reads a label.
 METRICS = {
     "parses": MetricSpec("check"),
-    "tests_total": MetricSpec("check", better=None),
-    "tests_passed": MetricSpec("check"),
+    TESTS_TOTAL: MetricSpec("check", better=None),
+    TESTS_PASSED: MetricSpec("check"),
     "examples_total": MetricSpec("check", better=None),
     "examples_passed": MetricSpec("check"),
 }

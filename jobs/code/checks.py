@@ -19,9 +19,23 @@ from pipeline.core.answers import comment_commentary
 from pipeline.core.pyast import parsed, parsed_expression
 from pipeline.sandbox import TestsRun, run_tests, syntax_problem
 
-__all__ = ["SHOWN_FAILURES", "Checked", "check_answer", "findings", "metrics", "stated_examples"]
+__all__ = [
+    "SHOWN_FAILURES",
+    "TESTS_FAILED",
+    "TESTS_PASSED",
+    "TESTS_TOTAL",
+    "Checked",
+    "check_answer",
+    "findings",
+    "metrics",
+    "stated_examples",
+]
 
 SHOWN_FAILURES = 3  # more failing tests than this are counted, not listed
+# The metrics an answer's run gives (its evaluator's), named once for the kit's readers.
+TESTS_TOTAL = "tests_total"
+TESTS_PASSED = "tests_passed"
+TESTS_FAILED = "tests_failed"
 _CLIP = 120
 _SAID = 600  # of what the sandbox says of a failing test (values at the failure)
 
@@ -102,9 +116,9 @@ def metrics(checked: Checked) -> dict[str, object]:
     failed = [u for u, _ in _failed(checked.own, checked.units)]
     out: dict[str, object] = {
         "parses": checked.syntax is None,
-        "tests_total": len(checked.units),
-        "tests_passed": len(checked.units) - len(failed),
-        "tests_failed": [normalized(u) for u in failed],
+        TESTS_TOTAL: len(checked.units),
+        TESTS_PASSED: len(checked.units) - len(failed),
+        TESTS_FAILED: [normalized(u) for u in failed],
     }
     if checked.examples:
         wrong = _failed(checked.shown, checked.examples)

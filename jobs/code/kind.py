@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from jobs.code.checks import TESTS_PASSED, TESTS_TOTAL
 from jobs.code.program import code_with_tests, split, without_unfinished_test
 from jobs.code.select import Pooled
 from pipeline.core.kinds import Selection, Text, check_rank
@@ -41,7 +42,7 @@ class CodeWithTests(Text):
     def rank(self, step: Step) -> tuple[float, ...]:
         """Checks first, then the share of its own tests that pass."""
         metrics = step.metrics or {}
-        total, passed = metrics.get("tests_total"), metrics.get("tests_passed")
+        total, passed = metrics.get(TESTS_TOTAL), metrics.get(TESTS_PASSED)
         share = (
             passed / total if isinstance(total, int) and isinstance(passed, int) and total else 0.0
         )
