@@ -7,14 +7,19 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..client.retry import RETRY_AFTER_CAP_S
 from ..errors import ConfigError
-from ..runs.settings import Settings, parse_shard
+from ..runs.settings import Settings
+from .options import (
+    AUTO,
+    add_pace_options,
+    add_run_options,
+    positive_float,
+    positive_int,
+)
 
 __all__ = ["AUTO", "EPILOG", "build_parser", "settings_from_args"]
 
 _DEFAULTS = Settings()
-AUTO = "auto"  # --max-iters auto: the refinements `refine calibrate` recommended
 
 EPILOG = """exit status:
   0    every input line (of the first --limit lines) became a record and every record is done
@@ -30,204 +35,6 @@ EPILOG = """exit status:
 """
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return value
-
-
-def _max_iters(text: str) -> int | str:
-    if text == AUTO:
-        return text
-    return _non_negative_int(text)
-
-
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        return parse_shard(text)
-    except ConfigError as err:
-        raise argparse.ArgumentTypeError(str(err)) from err
-
-
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    """The options of `refine run` that shape a run (shared with `refine estimate`)."""
-    _add_models(p)
-    _add_loop_options(p)
-    _add_input_options(p)
-
-
-def _add_models(p: argparse.ArgumentParser) -> None:
-    """The job, the input, and where the generator and the critic are served."""
-    p.add_argument("job", help="built-in job name (see `refine jobs`) or path to a job file")
-    p.add_argument(
-        "input",
-        type=Path,
-        help="input file: JSONL (also .gz, .bz2, .xz, .zst, recognised by content), "
-        "Parquet, or CSV with a header row; for Parquet and CSV a record's line is its "
-        "1-based row number",
-    )
-    p.add_argument("--model", default=_DEFAULTS.model, help="model name (default %(default)s)")
-    p.add_argument(
-        "--base-url",
-        action="append",
-        metavar="URL",
-        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI); give it "
-        "more than once for replicas of the model (the least loaded gets each request); "
-        "the API key comes from $OPENAI_API_KEY",
-    )
-    p.add_argument(
-        "--feedback-model",
-        metavar="MODEL",
-        help="the critic on another model (`local` or `local:NAME` for the embedded one)",
-    )
-    p.add_argument(
-        "--feedback-base-url", metavar="URL", help="the critic's endpoint (default: the model's)"
-    )
-    p.add_argument(
-        "--local",
-        action="store_true",
-        help="use the embedded local model (llama.cpp; needs refine[local])",
-    )
-    p.add_argument(
-        "--local-model",
-        help="local model name, hf:OWNER/NAME/FILE.gguf or path to a .gguf (implies --local)",
-    )
-    p.add_argument(
-        "--prices",
-        metavar="FILE",
-        help="prices over the built-in table: JSON or TOML, model -> {input, output} "
-        "dollars per million tokens",
-    )
-    p.add_argument("--batch", action="store_true", help="every call through the Batch API")
-
-
-def _add_loop_options(p: argparse.ArgumentParser) -> None:
-    """How each record's loop runs: iterations, checks, strategies, the choice."""
-    p.add_argument(
-        "--max-iters",
-        type=_max_iters,
-        help="refinements at most (default: the job's; 0 = generation only; auto = what "
-        "`refine calibrate` recommended, read from --calibration DIR)",
-    )
-    p.add_argument(
-        "--calibration",
-        type=Path,
-        metavar="DIR",
-        help="with --max-iters auto: the directory `refine calibrate --out DIR` wrote",
-    )
-    p.add_argument(
-        "--min-iters",
-        type=_non_negative_int,
-        default=0,
-        help="refinements before the critic's done may stop a loop (default 0); "
-        "small local models often call their first draft done",
-    )
-    p.add_argument(
-        "--no-checks",
-        dest="checks",
-        action="store_false",
-        help="do not run the job's checks (critic-only feedback, as in the paper)",
-    )
-    p.add_argument(
-        "--strategy",
-        action="append",
-        default=[],
-        metavar="NAME[=VALUE]",
-        help="an extra-call strategy, off by default (repeatable): samples=N drafts every "
-        "answer N times (N-1 more calls per answer; with --max-iters 0, best-of-N), restart "
-        "drafts a failing answer afresh from its findings (one more call per such "
-        "refinement), copy-retry asks a refinement that copied its input again, hotter (one "
-        "more call per copy); NAME=off turns a job's own off. `refine estimate` counts them",
-    )
-    p.add_argument(
-        "--no-repair",
-        dest="repair",
-        action="store_const",
-        const=False,
-        default=None,
-        help="do not ask a call cut off at max_tokens once more (repair is on by default)",
-    )
-    p.add_argument(
-        "--select",
-        metavar="RULE",
-        help="how the output is chosen: default (the best passing iteration by the "
-        "critic's score, else the latest), or a rule the job's kind offers "
-        "(code-improve: pooled, the draft passing most of the tests all drafts wrote)",
-    )
-
-
-def _add_input_options(p: argparse.ArgumentParser) -> None:
-    """Which records of the input the run covers."""
-    p.add_argument(
-        "--id-field",
-        default=_DEFAULTS.id_field,
-        help="input field holding the record id (default %(default)s; "
-        "records without it get a content hash)",
-    )
-    p.add_argument(
-        "--limit",
-        type=_positive_int,
-        help="only the first N input lines (rows); lines past them are not part of the run",
-    )
-    p.add_argument(
-        "--shard",
-        type=_shard,
-        metavar="I/N",
-        help="only the records whose id hashes to shard I of N (0-based); "
-        "`refine merge` joins the shards' run directories",
-    )
-
-
-def _add_pace_options(p: argparse.ArgumentParser) -> None:
-    """Options that only change how calls are made (shared with `refine estimate --sample`)."""
-    p.add_argument(
-        "--concurrency",
-        type=_positive_int,
-        default=_DEFAULTS.concurrency,
-        help="records in flight (default %(default)s)",
-    )
-    p.add_argument("--rpm", type=_positive_float, help="requests per minute limit")
-    p.add_argument("--tpm", type=_positive_float, help="tokens per minute limit")
-    p.add_argument(
-        "--timeout",
-        type=_positive_float,
-        help="seconds per request attempt, the whole answer included (default 60; 900 with "
-        "--local)",
-    )
-    p.add_argument(
-        "--max-retries",
-        type=_non_negative_int,
-        default=_DEFAULTS.max_retries,
-        help="retries per call on 408/409/429/5xx, timeouts and broken connections, each after "
-        "exponential backoff or the server's Retry-After when longer (at most "
-        f"{RETRY_AFTER_CAP_S:g} s at a time); a call whose own retries run out while other "
-        "calls succeed fails its record (default %(default)s)",
-    )
-    p.add_argument(
-        "--max-outage",
-        type=_positive_float,
-        default=_DEFAULTS.max_outage,
-        help="seconds an endpoint may keep failing for every call (5xx, 429, timeouts, refused "
-        "connections) before the run stops, resumable; meanwhile one probe at a time "
-        "(default %(default)g; 30 when it never answered)",
-    )
-
-
 def _add_run(sub: Any) -> None:
     """`refine run`."""
     p = sub.add_parser(
@@ -236,12 +43,12 @@ def _add_run(sub: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_run_options(p)
+    add_run_options(p)
     p.add_argument("--out", required=True, type=Path, help="run directory")
-    _add_pace_options(p)
+    add_pace_options(p)
     p.add_argument(
         "--budget",
-        type=_positive_float,
+        type=positive_float,
         metavar="USD",
         help="dollars the run may spend in all (across resumes); at the cap it stops "
         "taking calls, lets those in flight finish and exits 6",
@@ -258,14 +65,14 @@ def _add_run(sub: Any) -> None:
     )
     p.add_argument(
         "--poll",
-        type=_positive_float,
+        type=positive_float,
         default=_DEFAULTS.poll,
         metavar="SECONDS",
         help="--batch: seconds between looks at the batches in flight (default %(default)g)",
     )
     p.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="run on Ray with N worker actors, each with --concurrency records in flight "
         "(needs refine[ray])",
@@ -317,7 +124,7 @@ def _add_report(sub: Any) -> None:
     )
     p.add_argument(
         "--details",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="embed the iterations of at most N records (default 2000)",
     )
@@ -329,11 +136,11 @@ def _add_estimate(sub: Any) -> None:
         "estimate",
         help="expected calls, tokens and dollars of a run; spends nothing (unless --sample)",
     )
-    _add_run_options(p)
-    _add_pace_options(p)
+    add_run_options(p)
+    add_pace_options(p)
     p.add_argument(
         "--sample",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="run the first N lines for real and extrapolate from what they used",
     )
@@ -402,7 +209,7 @@ def _add_calibrate(sub: Any) -> None:
         help="does refinement pay? run a labelled sample: accuracy, flips, correction and "
         "introduction rates by round, and the refinements to make (for --max-iters auto)",
     )
-    _add_run_options(p)
+    add_run_options(p)
     p.add_argument(
         "--out",
         required=True,
@@ -411,10 +218,10 @@ def _add_calibrate(sub: Any) -> None:
         help="the calibration's run directory; it gets calibration.json (run the same "
         "command again to continue it)",
     )
-    _add_pace_options(p)
+    add_pace_options(p)
     p.add_argument(
         "--sample",
-        type=_positive_int,
+        type=positive_int,
         default=50,
         metavar="N",
         help="records taken evenly from the input (default %(default)s)",
@@ -425,7 +232,7 @@ def _add_calibrate(sub: Any) -> None:
         help="the right-or-wrong metric to judge by (default: the first the job reads "
         "from a label, such as gsm's correct)",
     )
-    p.add_argument("--budget", type=_positive_float, metavar="USD", help="as for `refine run`")
+    p.add_argument("--budget", type=positive_float, metavar="USD", help="as for `refine run`")
     p.add_argument("--retry-failed", action="store_true", help="as for `refine run`")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--json", action="store_true", help="print calibration.json")

@@ -1,0 +1,221 @@
+"""The options `refine run` shares with `refine estimate` and `refine calibrate`, and the
+converters that check option values."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..client.retry import RETRY_AFTER_CAP_S
+from ..errors import ConfigError
+from ..runs.settings import Settings, parse_shard
+
+__all__ = [
+    "AUTO",
+    "add_pace_options",
+    "add_run_options",
+    "non_negative_int",
+    "positive_float",
+    "positive_int",
+]
+
+_DEFAULTS = Settings()
+AUTO = "auto"  # --max-iters auto: the refinements `refine calibrate` recommended
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def _max_iters(text: str) -> int | str:
+    if text == AUTO:
+        return text
+    return non_negative_int(text)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        return parse_shard(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of `refine run` that shape a run (shared with `refine estimate`)."""
+    _add_models(p)
+    _add_loop_options(p)
+    _add_input_options(p)
+
+
+def _add_models(p: argparse.ArgumentParser) -> None:
+    """The job, the input, and where the generator and the critic are served."""
+    p.add_argument("job", help="built-in job name (see `refine jobs`) or path to a job file")
+    p.add_argument(
+        "input",
+        type=Path,
+        help="input file: JSONL (also .gz, .bz2, .xz, .zst, recognised by content), "
+        "Parquet, or CSV with a header row; for Parquet and CSV a record's line is its "
+        "1-based row number",
+    )
+    p.add_argument("--model", default=_DEFAULTS.model, help="model name (default %(default)s)")
+    p.add_argument(
+        "--base-url",
+        action="append",
+        metavar="URL",
+        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI); give it "
+        "more than once for replicas of the model (the least loaded gets each request); "
+        "the API key comes from $OPENAI_API_KEY",
+    )
+    p.add_argument(
+        "--feedback-model",
+        metavar="MODEL",
+        help="the critic on another model (`local` or `local:NAME` for the embedded one)",
+    )
+    p.add_argument(
+        "--feedback-base-url", metavar="URL", help="the critic's endpoint (default: the model's)"
+    )
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="use the embedded local model (llama.cpp; needs refine[local])",
+    )
+    p.add_argument(
+        "--local-model",
+        help="local model name, hf:OWNER/NAME/FILE.gguf or path to a .gguf (implies --local)",
+    )
+    p.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="prices over the built-in table: JSON or TOML, model -> {input, output} "
+        "dollars per million tokens",
+    )
+    p.add_argument("--batch", action="store_true", help="every call through the Batch API")
+
+
+def _add_loop_options(p: argparse.ArgumentParser) -> None:
+    """How each record's loop runs: iterations, checks, strategies, the choice."""
+    p.add_argument(
+        "--max-iters",
+        type=_max_iters,
+        help="refinements at most (default: the job's; 0 = generation only; auto = what "
+        "`refine calibrate` recommended, read from --calibration DIR)",
+    )
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="DIR",
+        help="with --max-iters auto: the directory `refine calibrate --out DIR` wrote",
+    )
+    p.add_argument(
+        "--min-iters",
+        type=non_negative_int,
+        default=0,
+        help="refinements before the critic's done may stop a loop (default 0); "
+        "small local models often call their first draft done",
+    )
+    p.add_argument(
+        "--no-checks",
+        dest="checks",
+        action="store_false",
+        help="do not run the job's checks (critic-only feedback, as in the paper)",
+    )
+    p.add_argument(
+        "--strategy",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="an extra-call strategy, off by default (repeatable): samples=N drafts every "
+        "answer N times (N-1 more calls per answer; with --max-iters 0, best-of-N), restart "
+        "drafts a failing answer afresh from its findings (one more call per such "
+        "refinement), copy-retry asks a refinement that copied its input again, hotter (one "
+        "more call per copy); NAME=off turns a job's own off. `refine estimate` counts them",
+    )
+    p.add_argument(
+        "--no-repair",
+        dest="repair",
+        action="store_const",
+        const=False,
+        default=None,
+        help="do not ask a call cut off at max_tokens once more (repair is on by default)",
+    )
+    p.add_argument(
+        "--select",
+        metavar="RULE",
+        help="how the output is chosen: default (the best passing iteration by the "
+        "critic's score, else the latest), or a rule the job's kind offers "
+        "(code-improve: pooled, the draft passing most of the tests all drafts wrote)",
+    )
+
+
+def _add_input_options(p: argparse.ArgumentParser) -> None:
+    """Which records of the input the run covers."""
+    p.add_argument(
+        "--id-field",
+        default=_DEFAULTS.id_field,
+        help="input field holding the record id (default %(default)s; "
+        "records without it get a content hash)",
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        help="only the first N input lines (rows); lines past them are not part of the run",
+    )
+    p.add_argument(
+        "--shard",
+        type=_shard,
+        metavar="I/N",
+        help="only the records whose id hashes to shard I of N (0-based); "
+        "`refine merge` joins the shards' run directories",
+    )
+
+
+def add_pace_options(p: argparse.ArgumentParser) -> None:
+    """Options that only change how calls are made (shared with `refine estimate --sample`)."""
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=_DEFAULTS.concurrency,
+        help="records in flight (default %(default)s)",
+    )
+    p.add_argument("--rpm", type=positive_float, help="requests per minute limit")
+    p.add_argument("--tpm", type=positive_float, help="tokens per minute limit")
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        help="seconds per request attempt, the whole answer included (default 60; 900 with "
+        "--local)",
+    )
+    p.add_argument(
+        "--max-retries",
+        type=non_negative_int,
+        default=_DEFAULTS.max_retries,
+        help="retries per call on 408/409/429/5xx, timeouts and broken connections, each after "
+        "exponential backoff or the server's Retry-After when longer (at most "
+        f"{RETRY_AFTER_CAP_S:g} s at a time); a call whose own retries run out while other "
+        "calls succeed fails its record (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-outage",
+        type=positive_float,
+        default=_DEFAULTS.max_outage,
+        help="seconds an endpoint may keep failing for every call (5xx, 429, timeouts, refused "
+        "connections) before the run stops, resumable; meanwhile one probe at a time "
+        "(default %(default)g; 30 when it never answered)",
+    )
