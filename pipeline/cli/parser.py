@@ -298,6 +298,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         poll=getattr(args, "poll", _DEFAULTS.poll),
         workers=getattr(args, "workers", None),
         ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
+        service_tier=getattr(args, "service_tier", None),
     )
 
 
