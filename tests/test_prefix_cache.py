@@ -43,7 +43,7 @@ def _chat(sim: Simulator, messages: list[dict[str, str]], **extra: Any) -> Any:
     with openai.OpenAI(base_url=sim.url, api_key="k", max_retries=0) as c:
         return c.chat.completions.create(
             model="sim-model",
-            messages=messages,  # type: ignore[arg-type]
+            messages=messages,
             max_tokens=5,
             extra_body=extra or None,
         )
@@ -150,11 +150,11 @@ def test_code_improve_prompts_hit_the_cache_and_cost_matches_the_bill(tmp_path: 
     cached = sum(c.cached_tokens for c in charges)
     assert cached / prompt >= 0.6, (cached, prompt)
     outputs = read_jsonl(out / "outputs.jsonl")
-    assert len(charges) == sum(o["usage"]["calls"] for o in outputs) > 30 * 3  # type: ignore[index]
-    reported = sum(float(o["cost_usd"]) for o in outputs)  # type: ignore[arg-type]
+    assert len(charges) == sum(o["usage"]["calls"] for o in outputs) > 30 * 3
+    reported = sum(float(o["cost_usd"]) for o in outputs)
     bill = sim.bill.total_usd()
     assert reported == pytest.approx(bill, rel=0.01)
-    assert sum(o["usage"]["cached_tokens"] for o in outputs) == cached  # type: ignore[index]
+    assert sum(o["usage"]["cached_tokens"] for o in outputs) == cached
     uncached = sum(c.prompt_tokens * 1.0 + c.completion_tokens * 4.0 for c in charges) / 1e6
     assert bill < 0.6 * uncached  # the cached price is what made it cheaper
     info = collect(out)
