@@ -4,6 +4,7 @@ tokens priced at the cached rate in every figure (outputs, status, report, the b
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,16 @@ def test_code_improve_prompts_hit_the_cache_and_cost_matches_the_bill(tmp_path: 
     prompt = sum(c.prompt_tokens for c in charges)
     cached = sum(c.cached_tokens for c in charges)
     assert cached / prompt >= 0.6, (cached, prompt)
+    traces = read_jsonl(out / "traces.jsonl")
+    openings = set()
+    for trace in traces:
+        steps = trace["steps"]
+        openings.add(orjson.dumps(steps[0]["messages"][0]))  # the shared part comes first
+        for before, after in pairwise(steps):
+            sent = before["messages"]
+            assert after["messages"][: len(sent)] == sent, "each call extends the previous"
+            assert after["messages"][len(sent)]["role"] == "assistant"
+    assert len(openings) == 1
     outputs = read_jsonl(out / "outputs.jsonl")
     assert len(charges) == sum(o["usage"]["calls"] for o in outputs) > 30 * 3
     reported = sum(float(o["cost_usd"]) for o in outputs)

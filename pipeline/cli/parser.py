@@ -28,7 +28,8 @@ EPILOG = """exit status:
   3    authentication failure (the endpoint refused the API key)
   4    the run directory cannot be written (disk full, read-only); resumable
   5    the endpoint stayed unavailable (5xx, 429, timeouts) longer than --max-outage,
-       or its quota or billing limit is spent; records stay pending; resumable
+       the flex tier had no capacity that long, or the quota or billing limit is spent;
+       records stay pending; resumable
   6    --budget reached; resumable with a larger --budget
   75   --batch --detach: batches are still in flight; run the same command again later
   130  interrupted (SIGINT/SIGTERM); resumable with the same command or `refine resume`

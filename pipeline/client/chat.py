@@ -8,8 +8,8 @@ outage its calls wait for one-at-a-time probes (``_probe``). The pieces it compo
 live in a module of their own: ``retry`` (the policy), ``outage`` (the breaker per
 endpoint), ``formats`` (how feedback JSON is asked for), ``endpoints`` (several
 replicas), ``limits`` (pacing), ``budget`` (the spending cap), ``caching`` (the prompt
-cache key), ``flex`` (service tiers; flex refusals waited out as capacity), ``answers`` (reading
-what the endpoint answered).
+cache key), ``flex`` (service tiers; flex refusals waited out as capacity), ``answers``
+(reading what the endpoint answered).
 """
 
 from __future__ import annotations
@@ -429,10 +429,11 @@ class OpenAIClient:
         message = redact(error_message(err), self._secret)
         code, param = error_fields(err.body)
         wait = retry_after(headers)
-        if status == 429 and not flex_refused(status, code):  # no capacity is no rate limit
+        no_capacity = flex_refused(status, code)  # the flex tier's: neither limit nor quota
+        if status == 429 and not no_capacity:
             self.limiter.on_rate_limited(wait)
         text = f"HTTP {status}: {message}"
-        if quota_spent(status, code, message, wait):
+        if quota_spent(status, code, message, wait) and not no_capacity:
             failure: CallError = UnavailableError(
                 "quota",
                 f"the API key's quota or billing limit is spent ({text}): raise it or add "
