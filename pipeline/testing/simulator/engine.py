@@ -350,9 +350,11 @@ class Engine:
             status, value = fail_status, orjson.loads(line_error_body(fail_status))
             outcome = f"error_{fail_status}"
         else:
-            value, outcome, usage = self.answer(cfg, request, cut=cut, refuse=refuse)
+            # Batch lines share the prefix cache too (OpenAI discounts cached batch input).
+            cached = self._cached(cfg, request, now)
+            value, outcome, usage = self.answer(cfg, request, cut=cut, refuse=refuse, cached=cached)
             status = 200
-            self.bill.charge(cfg, request.model, "batch", usage[0], 0, usage[1])
+            self.bill.charge(cfg, request.model, "batch", usage[0], cached, usage[1])
         self.logger.record(
             RequestLog(
                 now - self.t0,
