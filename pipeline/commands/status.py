@@ -85,7 +85,7 @@ def _batches(rd: RunDir) -> dict[str, Any]:
 
 def _cached(info: dict[str, Any]) -> str:
     """The prompt tokens served from the provider's cache, and their share."""
-    cached, prompt = info["cached_tokens"], info["prompt_tokens"]
+    cached, prompt = info.get("cached_tokens", 0), info["prompt_tokens"]
     share = f", {cached / prompt:.0%}" if prompt else ""
     return f"{cached} cached{share}, at the cached price"
 
@@ -115,7 +115,7 @@ def render(info: dict[str, Any]) -> str:
         f"{info['completion_tokens']} completion in {info['calls']} calls (checkpointed, "
         "in-flight records included)",
         f"cost:     {cost_text}"
-        + (f" (service tier: {info['service_tier']})" if info["service_tier"] else ""),
+        + (f" (service tier: {info['service_tier']})" if info.get("service_tier") else ""),
     ]
     batches = info.get("batches")
     if batches is not None:
