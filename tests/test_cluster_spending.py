@@ -126,3 +126,16 @@ async def test_remote_budget_round_trip_keeps_a_single_process_cap() -> None:
                 remote.answer(accounts.take())
     assert results.count("refused") == 1 and budget.spent == pytest.approx(26.0)
     assert wakes
+
+
+async def test_a_flex_run_reserves_and_settles_at_the_batch_rate() -> None:
+    """--service-tier flex on Ray: the driver holds and settles workers' calls at the batch rate."""
+    budget = Budget(100.0, PRICES)
+    async with anyio.create_task_group() as tg:
+        s = Spawner(tg)
+        accounts = Accounts(budget, s.spawn, s.wake, batch=True)
+        accounts.ask(((0, "m", 3, 10),))
+        assert accounts.take() == ((0, True),)
+        assert budget.reserved == pytest.approx(0.5 * worst(3, 10))
+        accounts.settle(((0, {"prompt_tokens": 3, "completion_tokens": 2}),))
+    assert budget.spent == pytest.approx(2.5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..client.flex import SERVICE_TIERS
 from ..client.retry import RETRY_AFTER_CAP_S
 from ..errors import ConfigError
 from ..runs.settings import Settings, parse_shard
@@ -218,4 +219,12 @@ def add_pace_options(p: argparse.ArgumentParser) -> None:
         help="seconds an endpoint may keep failing for every call (5xx, 429, timeouts, refused "
         "connections) before the run stops, resumable; meanwhile one probe at a time "
         "(default %(default)g; 30 when it never answered)",
+    )
+    p.add_argument(
+        "--service-tier",
+        choices=SERVICE_TIERS,
+        help="the provider's service tier, sent with every call (default: none sent). flex: "
+        "billed at the model's batch rate, slower (the default --timeout becomes 900 s); "
+        "its 429 resource_unavailable is waited out, using up no retry, until no flex call "
+        "has succeeded for --max-outage seconds (exit 5, resumable)",
     )

@@ -28,7 +28,8 @@ EPILOG = """exit status:
   3    authentication failure (the endpoint refused the API key)
   4    the run directory cannot be written (disk full, read-only); resumable
   5    the endpoint stayed unavailable (5xx, 429, timeouts) longer than --max-outage,
-       or its quota or billing limit is spent; records stay pending; resumable
+       the flex tier had no capacity that long, or the quota or billing limit is spent;
+       records stay pending; resumable
   6    --budget reached; resumable with a larger --budget
   75   --batch --detach: batches are still in flight; run the same command again later
   130  interrupted (SIGINT/SIGTERM); resumable with the same command or `refine resume`
@@ -298,6 +299,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         poll=getattr(args, "poll", _DEFAULTS.poll),
         workers=getattr(args, "workers", None),
         ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
+        service_tier=getattr(args, "service_tier", None),
     )
 
 

@@ -3,6 +3,7 @@
 ::
 
     chat        OpenAIClient: the one retry layer around the openai SDK
+    answers     reading a chat completion (text, usage, tier) and an error's message
     retry       the retry policy (pure functions) and backoff
     outage      the per-endpoint breaker: an endpoint down for everyone is probed
     formats     the structured-output ladder (json_schema, json_object, text)
@@ -10,6 +11,8 @@
     limits      request and token pacing (our own GCRA pacer; see the module)
     prices      dollars per million tokens by model, cached and batch rates
     budget      the spending cap: reserve the worst case, then settle
+    caching     the prompt cache key, dropped for an endpoint that refuses it
+    flex        service tiers; the flex tier's refusals waited out as capacity
 
 Imports only ``pipeline.core`` (the call's record types) and ``pipeline.errors``.
 """

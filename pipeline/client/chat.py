@@ -7,7 +7,9 @@ cut off at ``timeout`` seconds, the whole answer included. While an endpoint is 
 outage its calls wait for one-at-a-time probes (``_probe``). The pieces it composes each
 live in a module of their own: ``retry`` (the policy), ``outage`` (the breaker per
 endpoint), ``formats`` (how feedback JSON is asked for), ``endpoints`` (several
-replicas), ``limits`` (pacing), ``budget`` (the spending cap).
+replicas), ``limits`` (pacing), ``budget`` (the spending cap), ``caching`` (the prompt
+cache key), ``flex`` (service tiers; flex refusals waited out as capacity), ``answers``
+(reading what the endpoint answered).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -24,8 +27,11 @@ import orjson
 
 from ..core.steps import Completion, Try
 from ..errors import AuthError, CallError, FatalCallError, UnavailableError
+from .answers import error_message, http_client, read_answer, redact
 from .budget import Reservation, Spending
+from .caching import cache_key_refused, cache_options
 from .endpoints import Endpoint, Endpoints
+from .flex import FLEX, Capacity, flex_refused, tier_options
 from .formats import FormatLadder
 from .limits import RateLimiter, estimate_tokens
 from .outage import (
@@ -50,13 +56,6 @@ from .retry import (
 )
 
 __all__ = ["OpenAIClient", "error_message", "read_answer", "redact"]
-
-
-def redact(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` masked."""
-    if secret and len(secret) >= 4:
-        return text.replace(secret, "***")
-    return text
 
 
 class _Failed(Exception):
@@ -99,6 +98,7 @@ class OpenAIClient:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         request_model: str | None = None,
+        service_tier: str | None = None,
     ) -> None:
         self._model = model  # the name traces, prices and the budget know it by
         self._request_model = request_model or model  # the name the server knows it by
@@ -108,6 +108,8 @@ class OpenAIClient:
         self.formats = FormatLadder(structured, grammar=grammar)
         self.backoff_base = backoff_base
         self.budget = budget
+        self.service_tier = service_tier  # sent as ``service_tier`` on every call when set
+        self.capacity = Capacity(max_outage, clock)  # the flex tier's refusals
         self.calls = 0
         self.retries = 0
         self.succeeded = 0
@@ -131,7 +133,7 @@ class OpenAIClient:
                         base_url=url,
                         max_retries=0,  # this class is the one retry layer
                         timeout=timeout,
-                        http_client=_http_client(limits),
+                        http_client=http_client(limits),
                     ),
                     Outage(max_outage, FIRST_CONTACT_S, clock, threshold=threshold),
                 )
@@ -168,18 +170,20 @@ class OpenAIClient:
         temperature: float,
         max_tokens: int,
         frequency_penalty: float | None = None,
-        cache_key: str | None = None,  # the record's id; see ``prompt_cache_key`` (unused yet)
+        cache_key: str | None = None,  # the record's id, sent as ``prompt_cache_key``
     ) -> Completion:
         """One chat completion, retried as the policy allows.
 
         Raises CallError when the call fails for good, a FatalCallError subclass when the
         run must stop, and BudgetReached when the next attempt cannot be paid for.
         """
-        extra = {} if frequency_penalty is None else {"frequency_penalty": frequency_penalty}
+        extra: dict[str, Any] = tier_options(self.service_tier)
+        if frequency_penalty is not None:
+            extra["frequency_penalty"] = frequency_penalty
         if self._slots is None:
-            return await self._complete(messages, schema, temperature, max_tokens, extra)
+            return await self._complete(messages, schema, temperature, max_tokens, extra, cache_key)
         async with self._slots:
-            return await self._complete(messages, schema, temperature, max_tokens, extra)
+            return await self._complete(messages, schema, temperature, max_tokens, extra, cache_key)
 
     async def _complete(
         self,
@@ -187,9 +191,11 @@ class OpenAIClient:
         schema: Mapping[str, Any] | None,
         temperature: float,
         max_tokens: int,
-        sampling: Mapping[str, float] | None = None,
+        sampling: Mapping[str, Any] | None = None,
+        cache_key: str | None = None,
     ) -> Completion:
         counted = 0  # failed attempts that used up one of the call's retries
+        refused = 0  # flex refusals waited out (they use up no retry)
         floor = 0  # this call's own structured level, after a bare 400 hinted at the format
         tries: list[Try] = []
         started = self._clock()
@@ -203,6 +209,7 @@ class OpenAIClient:
                 "temperature": temperature,
                 "max_tokens": max_tokens,
                 **(sampling or {}),
+                **cache_options(cache_key, endpoint.takes_cache_key),
                 **extra,
             }
             endpoint.in_flight += 1
@@ -213,6 +220,7 @@ class OpenAIClient:
                 error = failed
             else:
                 endpoint.outage.close(sent_at)
+                self.capacity.succeeded()
                 self.formats.succeeded(level)
                 tries.append(Try(200, round(self._clock() - sent_at, 4)))
                 return self._completion(answer, sent, started, tries)
@@ -220,6 +228,13 @@ class OpenAIClient:
                 endpoint.in_flight -= 1
             failure = error.failure
             tries.append(Try(failure.status or failure.kind, round(self._clock() - sent_at, 4)))
+            if cache_key and cache_key_refused(failure.status, str(failure), error.param):
+                endpoint.takes_cache_key = False  # unknown to this server: go again without
+                continue
+            if self.service_tier == FLEX and flex_refused(failure.status, error.code):
+                refused += 1
+                await self._wait_capacity(failure, refused, tries, sent)
+                continue
             if schema is not None and failure.status is not None:
                 next_level = self.formats.refused(
                     failure.status, str(failure), level, code=error.code, param=error.param
@@ -243,6 +258,18 @@ class OpenAIClient:
                 await anyio.sleep(decision.delay)
             # Not counted: the endpoint is in an outage, and the call waits for its probes
             # (or goes to another endpoint) when it comes round again.
+
+    async def _wait_capacity(
+        self, failure: CallError, refused: int, tries: list[Try], sent: list[dict[str, str]]
+    ) -> None:
+        """Wait out a flex refusal; UnavailableError once flex has had no capacity too long."""
+        delay = self.capacity.refusal(refused, self._rng.random())
+        if self.capacity.exceeded():
+            stop = self.capacity.unavailable(failure)
+            stop.attempts, stop.tries, stop.messages = len(tries), tuple(tries), sent
+            stop.model = self._model
+            raise stop from failure
+        await anyio.sleep(delay)
 
     def _decide(
         self, endpoint: Endpoint[openai.AsyncOpenAI], error: _Failed, sent_at: float, attempt: int
@@ -325,6 +352,7 @@ class OpenAIClient:
             messages=sent,
             model=self._model,
             tries=tuple(tries) if len(tries) > 1 else (),
+            service_tier=answer["service_tier"],
         )
 
     async def _attempt(
@@ -338,7 +366,8 @@ class OpenAIClient:
         estimate = estimate_tokens(sent)
         reservation: Reservation | None = None
         if self.budget is not None:
-            reservation = await self.budget.reserve(self._model, estimate, max_tokens)
+            flex = self.service_tier == FLEX  # reserved at the batch rate flex bills
+            reservation = await self.budget.reserve(self._model, estimate, max_tokens, batch=flex)
         usage: Mapping[str, int] | None = None
         try:
             booking = await self.limiter.acquire(estimate, max_tokens)
@@ -347,6 +376,8 @@ class OpenAIClient:
             self.limiter.observe(raw.headers)
             answer = _parse(raw.content)
             usage = answer["usage"]
+            if reservation is not None:  # settled at the rate of the tier that served it
+                reservation = replace(reservation, batch=answer["service_tier"] == FLEX)
             self.limiter.settle(booking, usage["prompt_tokens"])
             self.succeeded += 1
             return answer
@@ -398,10 +429,11 @@ class OpenAIClient:
         message = redact(error_message(err), self._secret)
         code, param = error_fields(err.body)
         wait = retry_after(headers)
-        if status == 429:
+        no_capacity = flex_refused(status, code)  # the flex tier's: neither limit nor quota
+        if status == 429 and not no_capacity:
             self.limiter.on_rate_limited(wait)
         text = f"HTTP {status}: {message}"
-        if quota_spent(status, code, message, wait):
+        if quota_spent(status, code, message, wait) and not no_capacity:
             failure: CallError = UnavailableError(
                 "quota",
                 f"the API key's quota or billing limit is spent ({text}): raise it or add "
@@ -431,57 +463,3 @@ def _parse(body: bytes) -> dict[str, Any]:
         return read_answer(data)
     except CallError as failure:
         raise _Failed(failure) from failure
-
-
-def read_answer(data: Any) -> dict[str, Any]:
-    """The text, finish reason and usage of a chat completion object; CallError if it is none.
-
-    Shared with the Batch API driver, whose output lines carry the same object.
-    """
-    try:
-        choice = data["choices"][0]
-        message = choice["message"]
-        content = message.get("content")
-    except (KeyError, IndexError, TypeError, AttributeError) as err:
-        raise CallError("bad_response", "malformed response body (no choices)") from err
-    if not content:
-        refusal = message.get("refusal")
-        if refusal:
-            raise CallError("refusal", f"model refused: {refusal}")
-        raise CallError("empty", "empty answer")
-    usage = data.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
-    return {
-        "text": content,
-        "finish_reason": choice.get("finish_reason"),
-        "usage": {
-            "prompt_tokens": int(usage.get("prompt_tokens") or 0),
-            "completion_tokens": int(usage.get("completion_tokens") or 0),
-            "cached_tokens": int(details.get("cached_tokens") or 0),
-        },
-    }
-
-
-def _http_client(limits: httpx2.Limits) -> httpx2.AsyncClient:
-    """The SDK's aiohttp transport when installed, else its default one.
-
-    Measured here (scripts/bench_throughput.py, zero-latency simulator) the aiohttp
-    transport costs about half the CPU per call of the default httpx transport,
-    which decides throughput once latency is hidden by concurrency.
-    """
-    try:
-        return openai.DefaultAioHttpClient(limits=limits)
-    except RuntimeError:  # openai installed without its aiohttp extra
-        return openai.DefaultAsyncHttpx2Client(limits=limits)
-
-
-def error_message(err: openai.APIStatusError) -> str:
-    """The message of an error answer: the body's ``error.message`` when it has one."""
-    body = err.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if isinstance(inner, str):
-            return inner
-    return err.message

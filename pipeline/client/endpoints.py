@@ -27,7 +27,7 @@ T = TypeVar("T")
 class Endpoint(Generic[T]):
     """One base URL, its connection (``conn``), its breaker and its load."""
 
-    __slots__ = ("conn", "in_flight", "next_probe", "outage", "url")
+    __slots__ = ("conn", "in_flight", "next_probe", "outage", "takes_cache_key", "url")
 
     def __init__(self, url: str | None, conn: T, outage: Outage) -> None:
         self.url = url
@@ -35,6 +35,7 @@ class Endpoint(Generic[T]):
         self.outage = outage
         self.in_flight = 0
         self.next_probe = 0.0
+        self.takes_cache_key = True  # False once it refused ``prompt_cache_key``
 
 
 class Endpoints(Generic[T]):

@@ -5,6 +5,10 @@ change prices: ``--prices FILE`` (JSON or TOML, model name -> ``{input, output}`
 optionally ``cached_input`` and ``batch``) overrides and extends it. Models served by
 the embedded local model (``local:NAME``) cost nothing. A model with no price has an
 unknown cost, shown as such, never guessed.
+
+Prompt tokens the provider served from its prefix cache (``cached_tokens``) cost the
+cached rate. Calls made through the Batch API, and those the flex tier served, cost the
+model's ``batch`` factor of the real-time price (OpenAI bills flex at Batch API rates).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import orjson
 
 from ..core.steps import Step
 from ..errors import ConfigError
+from .flex import FLEX
 
 __all__ = [
     "BATCH_DISCOUNT",
@@ -28,13 +33,21 @@ __all__ = [
     "PRICES_AS_OF",
     "Price",
     "PriceBook",
+    "at_batch_rate",
     "load_prices",
     "price_book",
 ]
 
-# The Batch API bills half the real-time price for every model it serves.
+# The Batch API bills half the real-time price for every model it serves (and so does the
+# flex tier, for the models it serves).
 BATCH_DISCOUNT = 0.5
 PRICES_AS_OF = "2025-08-15"  # when the table below was checked against openai.com/api/pricing
+
+
+def at_batch_rate(batch_id: object, service_tier: object) -> bool:
+    """Whether a call is billed at the batch rate: sent through the Batch API, or served
+    by the flex tier."""
+    return batch_id is not None or service_tier == FLEX
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +57,7 @@ class Price:
     input: float
     output: float
     cached_input: float | None = None  # prompt tokens served from the provider's cache
-    batch: float = BATCH_DISCOUNT  # factor applied to calls made through the Batch API
+    batch: float = BATCH_DISCOUNT  # factor for calls through the Batch API or on the flex tier
 
     def cost(self, usage: Mapping[str, int], *, batch: bool = False) -> float:
         """Dollars for one call's usage."""
@@ -107,7 +120,7 @@ class PriceBook:
         price = self.price(step.model or default_model)
         if price is None:
             return None
-        return price.cost(step.usage, batch=step.batch_id is not None)
+        return price.cost(step.usage, batch=at_batch_rate(step.batch_id, step.service_tier))
 
     def steps_cost(self, steps: Iterable[Step], model_for: Mapping[str, str]) -> float | None:
         """Dollars for several steps (``model_for`` by role, for steps that name none)."""

@@ -32,7 +32,7 @@ import orjson
 from ..backends.local.registry import DEFAULT_MODEL as DEFAULT_LOCAL
 from ..client.formats import FormatLadder
 from ..client.limits import estimate_tokens
-from ..client.prices import Price, PriceBook, price_book
+from ..client.prices import Price, PriceBook, at_batch_rate, price_book
 from ..core.jobs import Job
 from ..core.loader import load_job
 from ..core.prompts import build_messages
@@ -253,6 +253,8 @@ def from_prompts(
     # a local critic's server enforces the schema by a grammar: it is spelled out in the prompt
     local = model_for["feedback"].startswith(LOCAL_PREFIX + ":")
     ladder = FormatLadder(settings.structured, grammar=local)
+    # The Batch API and the flex tier bill the batch rate.
+    batch = settings.batch or at_batch_rate(None, settings.service_tier)
     figures: dict[str, Figures] = {}
     for scenario in SCENARIOS:
         total = _Sum()
@@ -268,7 +270,7 @@ def from_prompts(
                 prices,
                 model_for,
                 total,
-                settings.batch,
+                batch,
                 seen,
             )
         factor = lines / len(sampled) if len(sampled) < lines else 1.0
@@ -277,6 +279,9 @@ def from_prompts(
         f"prompts of the first {len(sampled)} records, scaled to {lines} input lines; "
         f"up to {max_iters} refinements, max_tokens {job.max_tokens}"
     )
+    if settings.service_tier is not None:
+        rate = "the batch rate" if batch else "the standard rate"
+        basis += f"; service tier {settings.service_tier}, priced at {rate}"
     return Estimate(lines, figures, basis)
 
 

@@ -61,7 +61,9 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "in_flight": progress.get("in_flight", 0) if progress else 0,
         "calls": t.calls,
         "prompt_tokens": t.prompt_tokens,
+        "cached_tokens": t.cached_tokens,
         "completion_tokens": t.completion_tokens,
+        "service_tier": manifest.settings.service_tier,
         "cost_usd": None if t.cost_usd is None else round(t.cost_usd, 6),
         "budget_usd": manifest.settings.budget,
         "batches": _batches(rd) if manifest.settings.batch else None,
@@ -79,6 +81,13 @@ def _batches(rd: RunDir) -> dict[str, Any]:
         "unconfirmed": sum(1 for e in entries if e.batch_id is None),
         "cancel_requested": sum(1 for e in entries if e.cancelled and e.live),
     }
+
+
+def _cached(info: dict[str, Any]) -> str:
+    """The prompt tokens served from the provider's cache, and their share."""
+    cached, prompt = info.get("cached_tokens", 0), info["prompt_tokens"]
+    share = f", {cached / prompt:.0%}" if prompt else ""
+    return f"{cached} cached{share}, at the cached price"
 
 
 def render(info: dict[str, Any]) -> str:
@@ -102,9 +111,11 @@ def render(info: dict[str, Any]) -> str:
         f" of {records}"
         + (f", {info['in_progress']} part-way" if info["in_progress"] else "")
         + (f", {info['in_flight']} in flight" if info["in_flight"] else ""),
-        f"tokens:   {info['prompt_tokens']} prompt + {info['completion_tokens']} completion "
-        f"in {info['calls']} calls (checkpointed, in-flight records included)",
-        f"cost:     {cost_text}",
+        f"tokens:   {info['prompt_tokens']} prompt ({_cached(info)}) + "
+        f"{info['completion_tokens']} completion in {info['calls']} calls (checkpointed, "
+        "in-flight records included)",
+        f"cost:     {cost_text}"
+        + (f" (service tier: {info['service_tier']})" if info.get("service_tier") else ""),
     ]
     batches = info.get("batches")
     if batches is not None:

@@ -122,6 +122,8 @@ class RunReport:
     prompt_tokens: int
     completion_tokens: int
     calls: int
+    cached_tokens: int  # of the prompt tokens, those served from the provider's cache
+    tiers: Mapping[str, int]  # answered calls by the service tier that served them (if said)
     cost_usd: float | None  # dollars of the finished records whose cost is known
     cost_unknown: int  # finished records whose cost is unknown (no price for the model)
     rows: int  # iterations 0 .. rows-1 appear in the quality table
@@ -347,7 +349,7 @@ class Summary:
         self.sample_size = sample_size
         self.statuses: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
-        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
+        self.usage = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "calls": 0}
         self.dollars = 0.0
         self.priced = 0
         self.unpriced = 0
@@ -357,6 +359,7 @@ class Summary:
         self.errors: Counter[str] = Counter()
         self.retried: Counter[str] = Counter()
         self.kinds: Counter[str] = Counter()
+        self.tiers: Counter[str] = Counter()
         self.answers = _Spends()
         self.feedback = _Spends()
 
@@ -392,6 +395,8 @@ class Summary:
                 self.kinds[
                     str(step.get("kind") or ("feedback" if role == "feedback" else "answer"))
                 ] += 1
+                if step.get("service_tier"):
+                    self.tiers[str(step["service_tier"])] += 1
             seconds = number(step.get("latency_s"))
             if seconds is not None:
                 if role not in self.latency:
@@ -423,6 +428,8 @@ class Summary:
             prompt_tokens=self.usage["prompt_tokens"],
             completion_tokens=self.usage["completion_tokens"],
             calls=self.usage["calls"],
+            cached_tokens=self.usage["cached_tokens"],
+            tiers=dict(self.tiers.most_common()),
             cost_usd=dollars,
             cost_unknown=self.unpriced,
             rows=len(self.quality.reached),

@@ -134,6 +134,11 @@ def _spend(s: Spend) -> str:
 # -- sections ----------------------------------------------------------------------------------
 
 
+def _tiers(r: RunReport) -> str:
+    """The service tiers that served the calls (flex at the batch rate), where they said."""
+    return "; " + ", ".join(f"{n:,} calls on {t}" for t, n in r.tiers.items()) if r.tiers else ""
+
+
 def _cost(r: RunReport) -> str:
     if r.cost_usd is None:
         return "unknown (no price for this model)"
@@ -168,10 +173,10 @@ def _header(r: RunReport) -> list[Block]:
                 ("unreadable input lines", f"{run.bad_lines:,} (errors.jsonl)"),
                 (
                     "tokens",
-                    f"{r.prompt_tokens:,} prompt + {r.completion_tokens:,} completion "
-                    f"in {r.calls:,} calls",
+                    f"{r.prompt_tokens:,} prompt ({r.cached_tokens:,} from the provider's cache) "
+                    f"+ {r.completion_tokens:,} completion in {r.calls:,} calls",
                 ),
-                ("cost", _cost(r)),
+                ("cost", _cost(r) + _tiers(r)),
                 ("max iterations", "-" if run.max_iters is None else str(run.max_iters)),
             ),
         ),

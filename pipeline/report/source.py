@@ -16,7 +16,7 @@ from typing import Any, Final, Literal, Protocol
 
 import orjson
 
-from ..client.prices import PriceBook, price_book
+from ..client.prices import PriceBook, at_batch_rate, price_book
 from ..errors import ConfigError
 from ..runs.rundir import RunDir
 
@@ -66,7 +66,8 @@ class Pricing:
         price = self.book.price(self.model_of(step))
         if price is None:
             return None
-        return price.cost(_usage(step.get("usage")), batch=step.get("batch_id") is not None)
+        batch = at_batch_rate(step.get("batch_id"), step.get("service_tier"))
+        return price.cost(_usage(step.get("usage")), batch=batch)
 
     def record(self, line: Mapping[str, Any]) -> float | None:
         """A record's dollars: its ``cost_usd``, or, on lines older than that field, its tokens."""

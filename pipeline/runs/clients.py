@@ -119,4 +119,6 @@ def open_client(
         max_in_flight=endpoint.slots,
         max_outage=settings.max_outage,
         budget=budget,
+        # The embedded model has no tiers: its calls are free and it is not asked for one.
+        service_tier=None if endpoint.model_id.startswith("local:") else settings.service_tier,
     )

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..client.flex import FLEX, FLEX_TIMEOUT_S, SERVICE_TIERS
 from ..core.jobs import Job
 from ..core.strategies import parse_specs
 from ..errors import ConfigError
@@ -50,7 +51,7 @@ class Settings:
     concurrency: int = 64
     rpm: float | None = None
     tpm: float | None = None
-    timeout: float | None = None  # None: 60 s, or 900 s for a local model
+    timeout: float | None = None  # None: 60 s, or 900 s for a local model or the flex tier
     max_retries: int = 5
     max_outage: float = 300.0  # seconds an endpoint may keep failing before the run stops
     id_field: str = "id"
@@ -68,6 +69,7 @@ class Settings:
     poll: float = 60.0  # --batch: seconds between looks at batches in flight
     workers: int | None = None  # run on Ray with this many worker actors
     ray_address: str | None = None  # join this Ray cluster (else $RAY_ADDRESS, else a local one)
+    service_tier: str | None = None  # sent as ``service_tier`` (None: not sent); flex: batch rate
 
     def base_urls(self) -> tuple[str, ...]:
         """The generator's endpoints: ``base_url`` (one or several), else ``$OPENAI_BASE_URL``."""
@@ -131,12 +133,16 @@ def resolve(settings: Settings, job_max_iters: int) -> Settings:
             problems.append("--shard must be I/N with 0 <= I < N")
     if settings.poll <= 0:
         problems.append("--poll must be > 0 seconds")
+    if settings.service_tier is not None and settings.service_tier not in SERVICE_TIERS:
+        problems.append(f"--service-tier must be one of {', '.join(SERVICE_TIERS)}")
     if problems:
         raise ConfigError("; ".join(problems))
     timeout = settings.timeout
     if timeout is None:
         slow = settings.local or settings.critic_is_local
         timeout = LOCAL_TIMEOUT_S if slow else DEFAULT_TIMEOUT_S
+        if settings.service_tier == FLEX:  # flex answers slowly: OpenAI advises 15 minutes
+            timeout = max(timeout, FLEX_TIMEOUT_S)
     return replace(settings, max_iters=max_iters, timeout=timeout)
 
 

@@ -29,6 +29,7 @@ class Tally:
     in_progress: int = 0  # records with completed calls but no output line yet
     calls: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt tokens, those the provider served from its cache
     completion_tokens: int = 0
     cost_usd: float | None = 0.0  # None: some call was to a model with no price
     finished_ids: set[str] = field(default_factory=set)
@@ -54,6 +55,7 @@ class Tally:
             used = usage_of(steps)
             self.calls += used["calls"]
             self.prompt_tokens += used["prompt_tokens"]
+            self.cached_tokens += used["cached_tokens"]
             self.completion_tokens += used["completion_tokens"]
             self.add_cost(prices.steps_cost(steps, model_for))
 
@@ -97,6 +99,7 @@ def tally_outputs(outputs: Path, prices: PriceBook, model_for: Mapping[str, str]
                 usage = line.get("usage") or {}
                 t.calls += int(usage.get("calls", 0))
                 t.prompt_tokens += int(usage.get("prompt_tokens", 0))
+                t.cached_tokens += int(usage.get("cached_tokens", 0))
                 t.completion_tokens += int(usage.get("completion_tokens", 0))
                 if "cost_usd" in line:
                     t.add_cost(line["cost_usd"])

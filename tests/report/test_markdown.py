@@ -39,7 +39,7 @@ def test_write_report_writes_markdown_and_valid_pngs(tmp_path: Path) -> None:
         assert f"]({name})" in md
         assert_png(path.parent / name)
     assert "records | 3 done, 2 failed, 1 pending (of 6)" in md
-    assert "220 prompt + 85 completion in 12 calls" in md
+    assert "220 prompt (0 from the provider's cache) + 85 completion in 12 calls" in md
     assert "### (a) Carried forward" in md and "### (b) Reached t" in md
     header = "| t | records | score (critic) | correct (rate) | coverage |"
     assert md.count(header) == 2

@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from ...client.flex import FLEX
 from ...client.limits import Limiter
 from ...core.records import Record
 from ...core.steps import Step
@@ -203,7 +204,10 @@ class _Link:
         self.running: dict[str, _Running] = {}
         self.acks: list[int] = []
         self.waits: tuple[tuple[float, ...], ...] = ()
-        self.accounts = Accounts(run.session.budget, run.start_task, run.dispatch.changed)
+        flex = run.session.settings.service_tier == FLEX  # its calls reserve the batch rate
+        self.accounts = Accounts(
+            run.session.budget, run.start_task, run.dispatch.changed, batch=flex
+        )
         self.deaths = 0
         self.gone = False
         self.pid: int | None = None

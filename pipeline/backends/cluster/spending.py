@@ -99,15 +99,18 @@ def reached(budget: Budget) -> BudgetReached:
 class Accounts:
     """The driver's side of one worker's reservations in the run's Budget."""
 
-    __slots__ = ("_budget", "_generation", "_spawn", "_wake", "answers", "held")
+    __slots__ = ("_batch", "_budget", "_generation", "_spawn", "_wake", "answers", "held")
 
     def __init__(
         self,
         budget: Budget,
         spawn: Callable[..., None],
         wake: Callable[[], None],
+        *,
+        batch: bool = False,
     ) -> None:
         self._budget = budget
+        self._batch = batch  # the run's calls cost the batch rate (the flex tier)
         self._spawn = spawn  # starts a task that outlives one exchange
         self._wake = wake
         self._generation = 0  # the worker process the reservations belong to
@@ -118,12 +121,12 @@ class Accounts:
         """Hold what fits now; a request that does not fit waits in a task, as in one process."""
         budget = self._budget
         for seq, model, prompt, max_tokens in asks:
-            amount = budget.worst_case(model, prompt, max_tokens)
+            amount = budget.worst_case(model, prompt, max_tokens, batch=self._batch)
             if amount is None:  # no price: nothing to hold (the run has none with --budget)
                 budget.unknown = True
                 self.answers.append((seq, True))
                 continue
-            held = None if budget.reached else budget.try_reserve(model, amount)
+            held = None if budget.reached else budget.try_reserve(model, amount, batch=self._batch)
             if held is not None:
                 self._keep(seq, held, prompt, max_tokens)
             elif budget.reached:
@@ -135,7 +138,7 @@ class Accounts:
         self, generation: int, seq: int, model: str, prompt: int, max_tokens: int
     ) -> None:
         try:
-            held = await self._budget.reserve(model, prompt, max_tokens)
+            held = await self._budget.reserve(model, prompt, max_tokens, batch=self._batch)
         except BudgetReached:
             held, refused = None, True
         else:

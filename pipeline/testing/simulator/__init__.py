@@ -8,21 +8,25 @@ inject faults (errors, hangs, resets, truncated bodies, outages, cut-off answers
 refusals, and those real providers send: Retry-After on 5xx, a request that always
 crashes the server, context-length 400s, 429s without Retry-After, a spent quota), and
 run Batch API batches in scaled time with failed lines, expiry, cancellation and
-OpenAI's batch limits.
+OpenAI's batch limits. It models OpenAI's prefix cache (``cached_tokens``) and the flex
+tier (slower, sometimes refused with 429 ``resource_unavailable``), and keeps its own bill
+(``Simulator.bill``, ``GET /v1/sim/bill``) to compare a run's reported cost with.
 
 Use it in-process (``with Simulator(SimConfig(...)) as sim: ... sim.url``) or as a separate
 process: ``python -m pipeline.testing.simulator --port 0 --latency 0.05`` prints one line
 ``listening http://127.0.0.1:PORT/v1`` once ready and serves until SIGTERM/SIGINT.
 
 Modules: ``config`` (SimConfig), ``content`` (the answers), ``engine`` (chat completions),
-``faults`` (the faults real providers send), ``ratelimit``, ``files`` and ``batches`` (the
-Batch API), ``app`` (routing), ``http`` (the HTTP/1.1 server), ``server`` (Simulator),
-``log`` (RequestLog), ``cli`` (main).
+``chatrequest`` (validating a request), ``faults`` (the faults real providers send),
+``caching`` (the prefix cache), ``tiers`` (service tiers and the bill), ``ratelimit``,
+``files`` and ``batches`` (the Batch API), ``app`` (routing), ``http`` (the HTTP/1.1
+server), ``server`` (Simulator), ``log`` (RequestLog), ``cli`` (main).
 """
 
 from .cli import main
 from .config import SimConfig
 from .log import RequestLog
 from .server import Simulator
+from .tiers import Bill, Charge
 
-__all__ = ["RequestLog", "SimConfig", "Simulator", "main"]
+__all__ = ["Bill", "Charge", "RequestLog", "SimConfig", "Simulator", "main"]

@@ -12,7 +12,7 @@ from .config import SimConfig
 from .engine import Engine, models_reply
 from .files import MAX_UPLOAD_BYTES, FileStore
 from .log import RequestLog, RequestLogger
-from .replies import Reply, error_reply
+from .replies import Reply, error_reply, json_reply
 
 __all__ = ["MAX_BODY_BYTES", "App"]
 
@@ -64,6 +64,8 @@ class App:
         now = time.monotonic()
         if path == "/v1/chat/completions" and method == "POST":
             return self.engine.chat(cfg, headers, body, now)
+        if path == "/v1/sim/bill" and method == "GET":  # the server's own bill, for tests
+            return json_reply(self.engine.bill.to_json())
         api = path.split("/", 3)[:3]
         if api not in (["", "v1", "models"], ["", "v1", "files"], ["", "v1", "batches"]):
             return error_reply(404, f"Invalid URL ({method} {path})", None, "unknown_url")

@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.quota_requests,
         help="answers the key's quota covers; then 429 insufficient_quota",
     )
+    _add_cache_and_tiers(parser, d)
     batch = parser.add_argument_group("Batch API")
     for flag, name, kind, help_ in (
         ("--batch-validating", "batch_validating_s", float, "seconds a batch spends validating"),
@@ -147,6 +148,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="write output lines in input order",
     )
     return parser
+
+
+def _add_cache_and_tiers(parser: argparse.ArgumentParser, d: SimConfig) -> None:
+    """The prefix cache, the flex tier and the prices of the server's bill."""
+    group = parser.add_argument_group("prefix cache, service tiers and the bill")
+    group.add_argument(
+        "--no-prefix-cache",
+        dest="prefix_cache",
+        action="store_false",
+        help="report no cached tokens (the cache is on by default: OpenAI's rule)",
+    )
+    group.add_argument(
+        "--refuse-cache-key",
+        dest="accept_cache_key",
+        action="store_false",
+        help="answer a request naming prompt_cache_key with 400 (unrecognized argument)",
+    )
+    for flag, name, help_ in (
+        ("--cache-ttl", "cache_ttl_s", "seconds a cached prefix lives after its last use"),
+        ("--flex-slowdown", "flex_slowdown", "flex answers take this many times the latency"),
+        ("--p-flex-unavailable", "p_flex_unavailable", "share of flex requests refused (429)"),
+        ("--price-input", "price_input", "the bill's dollars per million prompt tokens"),
+        ("--price-cached-input", "price_cached_input", "... per million cached prompt tokens"),
+        ("--price-output", "price_output", "... per million completion tokens"),
+        ("--batch-discount", "batch_discount", "price factor of flex and Batch API lines"),
+        ("--priority-factor", "priority_factor", "price factor of the priority tier"),
+    ):
+        default = getattr(d, name)
+        group.add_argument(
+            flag, dest=name, type=float, default=default, help=f"{help_} (default: {default})"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

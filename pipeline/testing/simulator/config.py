@@ -18,7 +18,14 @@ DEFAULT_MODEL: Final = "sim-model"
 BATCH_ENDPOINT: Final = "/v1/chat/completions"
 # Real-time faults, in the fixed order their random draws are taken (reproducibility).
 FAULTS: Final = ("p_500", "p_503", "p_hang", "p_reset", "p_truncate", "p_length", "p_refusal")
-_PROBABILITIES: Final = ("p_done", *FAULTS, "p_line_fail", "p_batch_expire", "expire_fraction")
+_PROBABILITIES: Final = (
+    "p_done",
+    *FAULTS,
+    "p_line_fail",
+    "p_batch_expire",
+    "expire_fraction",
+    "p_flex_unavailable",
+)
 _DURATIONS: Final = (
     "latency_s",
     "jitter_s",
@@ -26,6 +33,14 @@ _DURATIONS: Final = (
     "batch_validating_s",
     "batch_delay_s",
     "batch_finalizing_s",
+    "cache_ttl_s",
+)
+_NON_NEGATIVE: Final = (
+    "price_input",
+    "price_cached_input",
+    "price_output",
+    "batch_discount",
+    "priority_factor",
 )
 
 
@@ -85,6 +100,23 @@ class SimConfig:
     # Enqueued tokens per model (prompt estimate + max tokens over batches in flight).
     batch_token_limit: int | None = None
     batch_max_in_progress: int | None = None
+    # OpenAI's prefix cache (see ``caching``): prompts of 1,024 tokens or more; entries
+    # live ``cache_ttl_s`` after their last use. ``accept_cache_key`` False answers a
+    # request naming ``prompt_cache_key`` with 400 (a server that does not know it).
+    prefix_cache: bool = True
+    cache_ttl_s: float = 300.0
+    accept_cache_key: bool = True
+    # The flex tier (see ``tiers``): answered ``flex_slowdown`` times slower, a share
+    # refused with 429 resource_unavailable.
+    flex_slowdown: float = 2.0
+    p_flex_unavailable: float = 0.0
+    # The bill: dollars per million tokens, and the factors of the other tiers (flex and
+    # Batch API lines at ``batch_discount``).
+    price_input: float = 1.0
+    price_cached_input: float = 0.25
+    price_output: float = 4.0
+    batch_discount: float = 0.5
+    priority_factor: float = 2.0
 
     def __post_init__(self) -> None:
         if self.structured not in STRUCTURED_LEVELS:
@@ -95,9 +127,11 @@ class SimConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be within [0, 1], not {value!r}")
-        for name in _DURATIONS:
+        for name in (*_DURATIONS, *_NON_NEGATIVE):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)!r}")
+        if self.flex_slowdown < 1:
+            raise ValueError(f"flex_slowdown must be at least 1, not {self.flex_slowdown!r}")
         for name in ("rpm", "tpm"):
             limit = getattr(self, name)
             if limit is not None and not limit > 0:

@@ -14,8 +14,16 @@ from typing import Any, Final
 import orjson
 
 from .auth import auth_error
+from .caching import PrefixCache, prefixes
+from .chatrequest import (
+    DEFAULT_COST_COMPLETION_TOKENS,
+    ChatRequest,
+    Rejection,
+    model_error,
+    parse_chat,
+)
 from .config import DEFAULT_MODEL, FAULTS, SimConfig
-from .content import AnswerMode, content_text, estimate_tokens, write_answer
+from .content import estimate_tokens, write_answer
 from .faults import (
     Refusal,
     context_refusal,
@@ -27,6 +35,7 @@ from .faults import (
 from .log import RequestLog, RequestLogger
 from .ratelimit import RateLimiter
 from .replies import Action, Reply, error_body, json_reply
+from .tiers import Bill, flex_refusal, served_tier
 
 __all__ = [
     "DEFAULT_COST_COMPLETION_TOKENS",
@@ -40,120 +49,7 @@ __all__ = [
     "parse_chat",
 ]
 
-DEFAULT_COST_COMPLETION_TOKENS: Final = 256
 REFUSAL_TEXT: Final = "I'm sorry, but I can't help with that request."
-_UNPARSEABLE: Final = (
-    "We could not parse the JSON body of your request. (HINT: This likely means you "
-    "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.)"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
-    """A valid chat-completion request, with what answering it needs."""
-
-    model: str
-    messages: list[dict[str, Any]]
-    texts: list[str]
-    prompt_tokens: int
-    max_tokens: int | None
-    mode: AnswerMode
-    schema: Any
-
-    @property
-    def cost(self) -> int:
-        """Tokens it may use: the prompt plus the completion limit (or a default)."""
-        limit = self.max_tokens if self.max_tokens is not None else DEFAULT_COST_COMPLETION_TOKENS
-        return self.prompt_tokens + limit
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """Why a request cannot be answered: the status, OpenAI's error body, the log outcome."""
-
-    status: int
-    body: bytes
-    outcome: str
-
-
-def _bad(message: str, param: str | None, code: str | None = None) -> Rejection:
-    return Rejection(400, error_body(message, "invalid_request_error", param, code), "bad_request")
-
-
-def model_error(model: str) -> bytes:
-    """OpenAI's 404 body for a model that is not served."""
-    message = f"The model `{model}` does not exist or you do not have access to it."
-    return error_body(message, "invalid_request_error", None, "model_not_found")
-
-
-def _answer_mode(cfg: SimConfig, fmt: Any) -> tuple[AnswerMode, Any] | Rejection:
-    """The kind of answer ``response_format`` asks for, if the configured level supports it."""
-    if fmt is None:
-        return "text", None
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if cfg.structured == "none":
-        return _bad(
-            "Invalid parameter: 'response_format' is not supported by this server.",
-            "response_format",
-            "unsupported_parameter",
-        )
-    if kind == "text":
-        return "text", None
-    if kind == "json_schema" and cfg.structured == "json_schema":
-        spec = fmt.get("json_schema")
-        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-            return _bad(
-                "Missing required parameter: 'response_format.json_schema.name'.",
-                "response_format.json_schema.name",
-                "missing_required_parameter",
-            )
-        return "json", spec.get("schema", {})
-    if kind == "json_object":
-        return "json", fmt.get("schema")
-    return _bad(
-        f"Invalid parameter: 'response_format' of type '{kind}' is not supported by this server.",
-        "response_format",
-        "unsupported_value",
-    )
-
-
-def parse_chat(cfg: SimConfig, parsed: Any) -> ChatRequest | Rejection:
-    """Validate a decoded request body (``None`` when it was not JSON) as OpenAI would."""
-    if parsed is None:
-        return _bad(_UNPARSEABLE, None)
-    if not isinstance(parsed, dict):
-        return _bad("The request body must be a JSON object.", None)
-    model = parsed.get("model")
-    if not isinstance(model, str) or not model:
-        return _bad("you must provide a model parameter", "model")
-    if cfg.models is not None and model not in cfg.models:
-        return Rejection(404, model_error(model), "not_found")
-    messages = parsed.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return _bad(
-            "Missing required parameter: 'messages'.", "messages", "missing_required_parameter"
-        )
-    for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-            return _bad(f"Invalid value for 'messages[{i}]'.", f"messages[{i}]", "invalid_value")
-    if parsed.get("stream"):
-        return _bad("Streaming is not supported by the simulator.", "stream", "unsupported_value")
-    limit = parsed.get("max_completion_tokens")
-    if limit is None:
-        limit = parsed.get("max_tokens")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        return _bad(
-            "Invalid 'max_tokens': integer below minimum value.",
-            "max_tokens",
-            "integer_below_min_value",
-        )
-    mode = _answer_mode(cfg, parsed.get("response_format"))
-    if isinstance(mode, Rejection):
-        return mode
-    texts = [content_text(m.get("content")) for m in messages]
-    prompt_tokens = estimate_tokens(sum(len(x) for x in texts))
-    return ChatRequest(model, messages, texts, prompt_tokens, limit, mode[0], mode[1])
-
 
 _LINE_FAILURES: Final[dict[int, tuple[str, str, str | None]]] = {
     400: (
@@ -266,6 +162,9 @@ class Engine:
         self._fault_rng = random.Random(0)
         self._jitter_rng = random.Random(0)
         self._answered = 0  # full answers given, against ``quota_requests``
+        self._flex_rng = random.Random(0)
+        self.cache = PrefixCache()
+        self.bill = Bill()
 
     def open(self, now: float) -> None:
         """Start the clock; the first request sets up limits and draws afresh."""
@@ -282,6 +181,7 @@ class Engine:
         self._limiter.configure(now, cfg.rpm, cfg.tpm)
         if prev is None or prev.faults_seed != cfg.faults_seed:
             self._fault_rng = random.Random(f"faults:{cfg.faults_seed}")
+            self._flex_rng = random.Random(f"flex:{cfg.faults_seed}")
         if prev is None or prev.seed != cfg.seed:
             self._jitter_rng = random.Random(f"jitter:{cfg.seed}")
         self._applied = cfg
@@ -301,6 +201,10 @@ class Engine:
         request = _validate(cfg, call, parsed, self._answered)
         if isinstance(request, Reply):
             return request
+        tier = served_tier(request.tier)
+        flex = flex_refusal(cfg, tier, self._flex_rng.random() if tier == "flex" else 1.0)
+        if flex is not None:
+            return _refuse(call, flex)
         admission = self._limiter.admit(now, request.cost)
         if admission.refusal is not None:
             return call.reply(429, admission.refusal, "rate_limited", headers=admission.headers)
@@ -309,7 +213,7 @@ class Engine:
         delay = cfg.latency_s
         if cfg.jitter_s > 0:
             delay += self._jitter_rng.uniform(-cfg.jitter_s, cfg.jitter_s)
-        delay = max(0.0, delay)
+        delay = max(0.0, delay) * (cfg.flex_slowdown if tier == "flex" else 1.0)
         poison = poison_refusal(cfg, request.texts)
         if poison is not None:
             extra = [*admission.headers, *poison.headers]
@@ -324,9 +228,16 @@ class Engine:
                 status, payload, outcome, action=action, delay=delay, headers=rl_headers
             )
         self._answered += 1
+        cached = self._cached(cfg, request, now)
         value, outcome, usage = self.answer(
-            cfg, request, cut=draws[5] < cfg.p_length, refuse=draws[6] < cfg.p_refusal
+            cfg,
+            request,
+            cut=draws[5] < cfg.p_length,
+            refuse=draws[6] < cfg.p_refusal,
+            cached=cached,
+            tier=tier,
         )
+        self.bill.charge(cfg, request.model, tier, usage[0], cached, usage[1])
         truncate = draws[4] < cfg.p_truncate
         return call.reply(
             200,
@@ -338,14 +249,31 @@ class Engine:
             headers=admission.headers,
         )
 
+    def _cached(self, cfg: SimConfig, request: ChatRequest, now: float) -> int:
+        """Prompt tokens the prefix cache serves (and the prompt's prefixes cached)."""
+        if not cfg.prefix_cache:
+            return 0
+        partition = f"{request.model}\x00{request.cache_key or ''}"
+        roles = [str(m.get("role")) for m in request.messages]
+        found = prefixes(partition, list(zip(roles, request.texts, strict=True)))
+        return min(self.cache.serve(found, now, cfg.cache_ttl_s), request.prompt_tokens)
+
     # -- the answer ------------------------------------------------------------------------
 
     def answer(
-        self, cfg: SimConfig, request: ChatRequest, *, cut: bool, refuse: bool
+        self,
+        cfg: SimConfig,
+        request: ChatRequest,
+        *,
+        cut: bool,
+        refuse: bool,
+        cached: int = 0,
+        tier: str = "default",
     ) -> tuple[dict[str, Any], str, tuple[int, int]]:
         """The ``chat.completion`` object, its log outcome, and (prompt, completion) tokens.
 
-        ``cut`` halves the answer (finish_reason "length"); ``refuse`` refuses it.
+        ``cut`` halves the answer (finish_reason "length"); ``refuse`` refuses it;
+        ``cached`` prompt tokens came from the prefix cache; ``tier`` served it.
         """
         answer, digest = write_answer(
             request.messages,
@@ -387,7 +315,9 @@ class Engine:
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached},
             },
+            "service_tier": tier,
             "system_fingerprint": f"fp_sim{cfg.seed & 0xFFFFFFFF:08x}",
         }
         return value, outcome, (prompt_tokens, completion_tokens)
@@ -420,8 +350,11 @@ class Engine:
             status, value = fail_status, orjson.loads(line_error_body(fail_status))
             outcome = f"error_{fail_status}"
         else:
-            value, outcome, usage = self.answer(cfg, request, cut=cut, refuse=refuse)
+            # Batch lines share the prefix cache too (OpenAI discounts cached batch input).
+            cached = self._cached(cfg, request, now)
+            value, outcome, usage = self.answer(cfg, request, cut=cut, refuse=refuse, cached=cached)
             status = 200
+            self.bill.charge(cfg, request.model, "batch", usage[0], cached, usage[1])
         self.logger.record(
             RequestLog(
                 now - self.t0,

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from .app import App
+from .caching import PrefixCache
 from .config import SimConfig
 from .http import HttpServer
 from .log import RequestLog
+from .tiers import Bill
 
 __all__ = ["Simulator"]
 
@@ -111,6 +113,16 @@ class Simulator:
     def files(self) -> list[dict[str, Any]]:
         """A snapshot of every file held (uploaded or made by a batch), as the API shows it."""
         return self._app.files.objects()
+
+    @property
+    def bill(self) -> Bill:
+        """The server's own bill: what each answer cost at the configured prices and tier."""
+        return self._app.engine.bill
+
+    @property
+    def cache(self) -> PrefixCache:
+        """The prefix cache (``clear()`` it to start cold)."""
+        return self._app.engine.cache
 
     @property
     def uptime_s(self) -> float:
