@@ -14,8 +14,9 @@
    keep a large server's higher levels waiting on the longest answer.
 2. ``--tune``: the server alone (no refine around it) at 4 slots, varying threads, busy
    polling and the batch size, to see whether the defaults leave speed on the table.
-3. ``--layouts``: records per hour of full Self-Refine (``--max-iters`` refinements, every
-   one made: ``--min-iters`` is the same) on the first ``--records`` records, once with the
+3. ``--layouts``: records per hour of full Self-Refine (``--max-iters`` refinements, which
+   the critic cannot cut short: ``--min-iters`` is the same; a refinement identical to its
+   input still ends its loop) on the first ``--records`` records, once with the
    pipeline's conversation layout (each call extends the previous call's messages, so the
    server's prompt cache serves a record's history) and once with the layout before it,
    emulated here by rewriting each call's messages as they go out: one user turn opening
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -248,6 +250,7 @@ class LayoutRun:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    stops: str  # why the records' loops stopped, counted: "max_iters 3, no_change 1"
 
     @property
     def per_hour(self) -> float:
@@ -286,12 +289,12 @@ async def run_layout(
             model=server.model,
             base_url=server.base_url,
             max_iters=args.max_iters,
-            min_iters=args.max_iters,  # every refinement made: the same calls in both layouts
+            min_iters=args.max_iters,  # the critic stops no loop early, in either layout
             concurrency=args.concurrency,
             repair=False,
         )
         used: ModelClient = client if layout == "conversation" else OldLayout(client)
-        out = work / layout
+        out = (args.work or work.parent) / f"{work.name}-{layout}"
         started = time.perf_counter()
         try:
             await arun(job, records, out, settings, client=used, show_progress=False)
@@ -309,6 +312,9 @@ async def run_layout(
         prompt_tokens=sum(int(u["prompt_tokens"]) for u in usage),
         cached_tokens=sum(int(u["cached_tokens"]) for u in usage),
         completion_tokens=sum(int(u["completion_tokens"]) for u in usage),
+        stops=", ".join(
+            f"{why} {n}" for why, n in sorted(Counter(str(r["stop_reason"]) for r in rows).items())
+        ),
     )
 
 
@@ -343,23 +349,31 @@ def bench_layouts(args: argparse.Namespace) -> None:
                     f"({run.done} done) in {run.wall_s:.1f} s = {run.per_hour:.1f} records/h; "
                     f"{run.calls} calls, prompt tokens {run.prompt_tokens} of which cached "
                     f"{run.cached_tokens} (computed {run.computed}), completion tokens "
-                    f"{run.completion_tokens}",
+                    f"{run.completion_tokens}; stopped: {run.stops}",
                     flush=True,
                 )
     best = {layout: max(runs[layout], key=lambda run: run.per_hour) for layout in LAYOUTS}
     print()
     print(
-        "| layout | records/h (best run) | calls | prompt tokens | cached | computed | completion |"
+        "| layout | records/h | s/call | calls | prompt tokens | cached | computed | completion |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for layout in LAYOUTS:
         run = best[layout]
         print(
-            f"| {layout} | {run.per_hour:.1f} | {run.calls} | {run.prompt_tokens} | "
-            f"{run.cached_tokens} | {run.computed} | {run.completion_tokens} |"
+            f"| {layout} | {run.per_hour:.1f} | {run.wall_s / max(run.calls, 1):.2f} | "
+            f"{run.calls} | {run.prompt_tokens} | {run.cached_tokens} | {run.computed} | "
+            f"{run.completion_tokens} |"
         )
-    ratio = best["conversation"].per_hour / best["old"].per_hour
-    print(f"\nconversation / old: {ratio:.2f}x records per hour")
+    new, old = best["conversation"], best["old"]
+    print(f"\nconversation / old: {new.per_hour / old.per_hour:.2f}x records per hour")
+    if new.calls != old.calls:
+        # The layouts can change what the model writes, and so when a loop stops.
+        per_call = (old.wall_s / max(old.calls, 1)) / (new.wall_s / max(new.calls, 1))
+        print(
+            f"the layouts made different calls ({new.calls} and {old.calls}); per call, the "
+            f"conversation layout was {per_call:.2f}x as fast"
+        )
 
 
 def main() -> None:
@@ -378,6 +392,7 @@ def main() -> None:
     parser.add_argument(
         "--concurrency", type=int, default=DEFAULT_SLOTS, help="--layouts: records in flight"
     )
+    parser.add_argument("--work", type=Path, default=None, help="--layouts: keep the runs here")
     args = parser.parse_args()
     if args.layouts:
         if args.rounds == parser.get_default("rounds"):
