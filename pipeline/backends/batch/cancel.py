@@ -18,7 +18,7 @@ from pathlib import Path
 
 import anyio
 
-from ...errors import CallError, RunLocked
+from ...errors import CallError, FatalCallError, RunLocked
 from ...runs.rundir import RunDir
 from .api import (
     BatchAPI,
@@ -104,16 +104,19 @@ async def _discard(ledger: Ledger, api: BatchAPI, entry: Entry) -> None:
 
     A file that cannot be deleted now leaves the intent open: the next run deletes it.
     """
-    if entry.file_id is None:
-        for file_id in await find_upload(api, input_file_name(entry.token), entry.at):
-            log.warning("file %s was uploaded but never used; it is deleted", file_id)
-            ledger.uploaded(entry.token, file_id)
-    for file_id in entry.files:
-        try:
+    name = input_file_name(entry.token)
+    try:
+        if entry.file_id is None:
+            for file_id in await find_upload(api, name, entry.at):
+                log.warning("file %s was uploaded but never used; it is deleted", file_id)
+                ledger.uploaded(entry.token, file_id)
+        for file_id in entry.files:
             await api.delete(file_id)
-        except CallError as err:
-            log.warning("file %s could not be deleted (%s); the next run tries again", file_id, err)
-            return
+    except CallError as err:
+        if isinstance(err, FatalCallError):
+            raise
+        log.warning("the input file %s is left for the next run to delete (%s)", name, err)
+        return
     ledger.closed(entry.token, "never created")
 
 
