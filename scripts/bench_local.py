@@ -14,11 +14,23 @@
    keep a large server's higher levels waiting on the longest answer.
 2. ``--tune``: the server alone (no refine around it) at 4 slots, varying threads, busy
    polling and the batch size, to see whether the defaults leave speed on the table.
+3. ``--layouts``: records per hour of full Self-Refine (``--max-iters`` refinements, which
+   the critic cannot cut short: ``--min-iters`` is the same; a refinement identical to its
+   input still ends its loop) on the first ``--records`` records, once with the
+   pipeline's conversation layout (each call extends the previous call's messages, so the
+   server's prompt cache serves a record's history) and once with the layout before it,
+   emulated here by rewriting each call's messages as they go out: one user turn opening
+   with the role's instruction, the record's material after it, so the calls of a record
+   share only the system message. The same model, records, server settings and loop; a
+   fresh server for each run (its start not timed). ``--max-tokens`` caps every call
+   (repair is off, so a cut answer is not asked again). Prints both rates and their ratio.
 
 The default slot count is the smallest level within 5% of the best tokens per second.
 
 Usage: scripts/bench_local.py [--levels 1,2,4,8] [--rounds 2] [--repeat 1] [--model NAME]
                               [--tune]
+       scripts/bench_local.py --layouts [--records 16] [--max-iters 2] [--max-tokens N]
+                              [--concurrency 4] [--rounds 1] [--model NAME]
 Run it under ``flock /tmp/refine-heavy.lock`` on a shared machine.
 """
 
@@ -32,8 +44,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
@@ -41,11 +56,19 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import load_job  # noqa: E402
-from pipeline.backends.local import DEFAULT_SLOTS, LocalServer, resolve_model  # noqa: E402
+from pipeline import Settings, arun, load_job  # noqa: E402
+from pipeline.backends.local import (  # noqa: E402
+    DEFAULT_SLOTS,
+    LocalServer,
+    resolve_model,
+    slots_for,
+)
 from pipeline.backends.local.server import SLOTS_ENV  # noqa: E402
+from pipeline.client.chat import OpenAIClient  # noqa: E402
+from pipeline.client.limits import Limiter  # noqa: E402
 from pipeline.core.answers import extract_code  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
+from pipeline.core.steps import Completion, ModelClient  # noqa: E402
 from pipeline.io.records import read_records  # noqa: E402
 from pipeline.sandbox import syntax_problem  # noqa: E402
 
@@ -161,6 +184,198 @@ async def serve_once(model_name: str | None, slots: int, **server: object) -> fl
     return tokens / wall
 
 
+LAYOUTS = ("conversation", "old")
+LABELS = {"user": "Request", "assistant": "Reply"}
+
+
+def old_layout(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """A call's messages as the layout before conversations had them: the system message,
+    then one user turn that opens with the role's instruction (the conversation's last
+    turn) and shows the record's material (its earlier turns) after it. A generate call,
+    which has no material yet, is the same in both layouts."""
+    system = [dict(m) for m in messages[:1] if m["role"] == "system"]
+    turns = list(messages[len(system) :])
+    if len(turns) <= 1:
+        return [*system, *[dict(m) for m in turns]]
+    *material, request = turns
+    shown = "\n\n".join(
+        f"## {LABELS.get(m['role'], m['role'])} {i // 2 + 1}\n{m['content']}"
+        for i, m in enumerate(material)
+    )
+    content = f"{request['content']}\n\n# The task and the work so far\n\n{shown}"
+    return [*system, {"role": "user", "content": content}]
+
+
+class OldLayout:
+    """A model client that sends every call in the old layout (``old_layout``)."""
+
+    def __init__(self, inner: ModelClient) -> None:
+        self.inner = inner
+
+    @property
+    def model(self) -> str:
+        """The wrapped client's model."""
+        return self.inner.model
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        schema: Mapping[str, Any] | None,
+        temperature: float,
+        max_tokens: int,
+        frequency_penalty: float | None = None,
+        cache_key: str | None = None,
+    ) -> Completion:
+        """The wrapped client's answer to the call rewritten in the old layout."""
+        return await self.inner.complete(
+            old_layout(messages),
+            schema=schema,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            frequency_penalty=frequency_penalty,
+            cache_key=cache_key,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutRun:
+    """One Self-Refine run of the records in one layout."""
+
+    layout: str
+    wall_s: float
+    records: int
+    done: int
+    calls: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    stops: str  # why the records' loops stopped, counted: "max_iters 3, no_change 1"
+
+    @property
+    def per_hour(self) -> float:
+        """Records finished per hour of wall time."""
+        return self.records / self.wall_s * 3600
+
+    @property
+    def computed(self) -> int:
+        """Prompt tokens the server had to compute (not served from its cache)."""
+        return self.prompt_tokens - self.cached_tokens
+
+
+async def run_layout(
+    layout: str, model_name: str | None, records: Path, work: Path, args: argparse.Namespace
+) -> LayoutRun:
+    """Self-Refine over ``records`` on a fresh local server, every call in ``layout``."""
+    job = load_job("code-improve")
+    if args.max_tokens:
+        job = replace(job, max_tokens=args.max_tokens)
+    model = await anyio.to_thread.run_sync(resolve_model, model_name)
+    async with LocalServer(model, parallel=slots_for(args.concurrency)) as server:
+        client = OpenAIClient(
+            model=f"local:{server.model}",
+            request_model=server.model,
+            base_url=server.base_url,
+            api_key="local",
+            timeout=3600,
+            max_retries=2,
+            limiter=Limiter(),
+            concurrency=args.concurrency,
+            structured=server.structured,
+            grammar=server.grammar,
+            max_in_flight=server.parallel,
+        )
+        settings = Settings(
+            model=server.model,
+            base_url=server.base_url,
+            max_iters=args.max_iters,
+            min_iters=args.max_iters,  # the critic stops no loop early, in either layout
+            concurrency=args.concurrency,
+            repair=False,
+        )
+        used: ModelClient = client if layout == "conversation" else OldLayout(client)
+        out = (args.work or work.parent) / f"{work.name}-{layout}"
+        started = time.perf_counter()
+        try:
+            await arun(job, records, out, settings, client=used, show_progress=False)
+        finally:
+            wall = time.perf_counter() - started
+            await client.aclose()
+    rows = [orjson.loads(line) for line in (out / "outputs.jsonl").read_bytes().splitlines()]
+    usage = [row["usage"] for row in rows]
+    return LayoutRun(
+        layout=layout,
+        wall_s=wall,
+        records=len(rows),
+        done=sum(row["status"] == "done" for row in rows),
+        calls=sum(int(u["calls"]) for u in usage),
+        prompt_tokens=sum(int(u["prompt_tokens"]) for u in usage),
+        cached_tokens=sum(int(u["cached_tokens"]) for u in usage),
+        completion_tokens=sum(int(u["completion_tokens"]) for u in usage),
+        stops=", ".join(
+            f"{why} {n}" for why, n in sorted(Counter(str(r["stop_reason"]) for r in rows).items())
+        ),
+    )
+
+
+def first_records(count: int, dest: Path) -> Path:
+    """The first ``count`` records of the benchmark's input, in ``dest``."""
+    lines = [line for line in RECORDS.read_bytes().splitlines() if line.strip()][:count]
+    dest.write_bytes(b"\n".join(lines) + b"\n")
+    return dest
+
+
+def bench_layouts(args: argparse.Namespace) -> None:
+    """Records per hour in the conversation layout and in the old one, and their ratio."""
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"{args.records} coding records, code-improve, {args.max_iters} refinement(s) each, "
+        f"max_tokens {args.max_tokens or 'of the job'}, concurrency {args.concurrency} "
+        f"({slots_for(args.concurrency)} slots), model {args.model or 'default'}, "
+        f"{cores} cores, {args.rounds} round(s)",
+        flush=True,
+    )
+    runs: dict[str, list[LayoutRun]] = {layout: [] for layout in LAYOUTS}
+    with tempfile.TemporaryDirectory(prefix="bench-layouts-") as tmp:
+        records = first_records(args.records, Path(tmp) / "records.jsonl")
+        for round_ in range(args.rounds):
+            # Alternate the order so a slow spell on a shared machine hits both layouts.
+            for layout in LAYOUTS if round_ % 2 == 0 else LAYOUTS[::-1]:
+                work = Path(tmp) / f"r{round_}"
+                run = anyio.run(run_layout, layout, args.model, records, work, args)
+                runs[layout].append(run)
+                print(
+                    f"round {round_ + 1}, {layout} layout: {run.records} records "
+                    f"({run.done} done) in {run.wall_s:.1f} s = {run.per_hour:.1f} records/h; "
+                    f"{run.calls} calls, prompt tokens {run.prompt_tokens} of which cached "
+                    f"{run.cached_tokens} (computed {run.computed}), completion tokens "
+                    f"{run.completion_tokens}; stopped: {run.stops}",
+                    flush=True,
+                )
+    best = {layout: max(runs[layout], key=lambda run: run.per_hour) for layout in LAYOUTS}
+    print()
+    print(
+        "| layout | records/h | s/call | calls | prompt tokens | cached | computed | completion |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for layout in LAYOUTS:
+        run = best[layout]
+        print(
+            f"| {layout} | {run.per_hour:.1f} | {run.wall_s / max(run.calls, 1):.2f} | "
+            f"{run.calls} | {run.prompt_tokens} | {run.cached_tokens} | {run.computed} | "
+            f"{run.completion_tokens} |"
+        )
+    new, old = best["conversation"], best["old"]
+    print(f"\nconversation / old: {new.per_hour / old.per_hour:.2f}x records per hour")
+    if new.calls != old.calls:
+        # The layouts can change what the model writes, and so when a loop stops.
+        per_call = (old.wall_s / max(old.calls, 1)) / (new.wall_s / max(new.calls, 1))
+        print(
+            f"the layouts made different calls ({new.calls} and {old.calls}); per call, the "
+            f"conversation layout was {per_call:.2f}x as fast"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--levels", default="1,2,4,8", help="concurrency levels, comma-separated")
@@ -168,7 +383,22 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="send each request N times")
     parser.add_argument("--model", default=None, help="--local-model (default: the default)")
     parser.add_argument("--tune", action="store_true", help="also vary threads, polling, batch")
+    parser.add_argument(
+        "--layouts", action="store_true", help="records/h: conversation layout against the old"
+    )
+    parser.add_argument("--records", type=int, default=16, help="--layouts: the first N records")
+    parser.add_argument("--max-iters", type=int, default=2, help="--layouts: refinements")
+    parser.add_argument("--max-tokens", type=int, default=None, help="--layouts: cap per call")
+    parser.add_argument(
+        "--concurrency", type=int, default=DEFAULT_SLOTS, help="--layouts: records in flight"
+    )
+    parser.add_argument("--work", type=Path, default=None, help="--layouts: keep the runs here")
     args = parser.parse_args()
+    if args.layouts:
+        if args.rounds == parser.get_default("rounds"):
+            args.rounds = 1
+        bench_layouts(args)
+        return
     levels = [int(x) for x in args.levels.split(",")]
     if args.repeat < 1:
         parser.error("--repeat must be 1 or more")

@@ -393,6 +393,29 @@ def test_cancel_then_run_collects_and_resends(tmp_path: Path) -> None:
     assert len(read_jsonl(tmp_path / "run" / "outputs.jsonl")) == 6
 
 
+def test_cancel_deletes_the_input_file_of_a_batch_never_created(tmp_path: Path) -> None:
+    """`refine cancel` deletes the input file of an intent whose batch was never created and
+    forgets the intent; a delete that fails leaves the intent for the next run to delete."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
+    ledger = tmp_path / "run" / "batches.jsonl"
+    api = FakeBatchAPI(refuse_creates=1)
+    clock = FakeClock()
+    first = batch_run(api, inp, tmp_path / "run", max_iters=0, detach=True, clock=clock)
+    assert first.exit_code == 75
+    (entry,) = read_ledger(ledger).entries.values()
+    assert entry.batch_id is None and entry.file_id in api.files
+    api.delete_status = 500
+    assert cancel(tmp_path / "run", clients=clients(api, clock)) == []
+    assert entry.token in read_ledger(ledger).entries and entry.file_id in api.files
+    api.delete_status = None
+    assert cancel(tmp_path / "run", clients=clients(api, clock)) == []
+    assert read_ledger(ledger).entries == {} and api.files == {}
+    assert api.deleted == [entry.file_id]
+    again = batch_run(api, inp, tmp_path / "run", max_iters=0, clock=clock)
+    assert again.exit_code == 0
+    assert len(api.processed) == len(set(api.processed)) == 3
+
+
 def test_lost_create_answer_is_found_by_token_not_resent(tmp_path: Path) -> None:
     """A create whose answer was lost is looked for by its token: the batch is adopted once."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(4))

@@ -219,6 +219,57 @@ def test_kill_after_upload_then_rerun_deletes_the_file_and_sends_again(tmp_path:
     assert len(read_jsonl(run_dir / "outputs.jsonl")) == 4
 
 
+def test_kill_between_upload_and_create_then_rerun_leaves_no_input_file(tmp_path: Path) -> None:
+    """SIGKILLed after journaling a batch's input file, before creating the batch: the re-run
+    deletes the file, sends its calls in a new batch, and loses or repeats no record."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(4))
+    run_dir = tmp_path / "run"
+    with Simulator(FAST) as sim:
+        args = batch_args(inp, run_dir, sim.url, "--max-iters", "1")
+        killed = refine(*args, env={"REFINE_BATCH_CRASH": "before_create"})
+        assert killed.returncode == -signal.SIGKILL
+        (entry,) = read_ledger(run_dir / "batches.jsonl").entries.values()
+        held = [f["id"] for f in sim.files if f["purpose"] == "batch"]
+        created = len(sim.batches)
+        again = refine(*args)
+        files = sim.files
+        batches = sim.batches
+        counts = answered(sim, run_dir)
+    assert entry.file_id is not None and entry.batch_id is None
+    assert held == [entry.file_id] and created == 0
+    assert again.returncode == 0, again.stderr
+    assert entry.token not in {b["metadata"]["refine_token"] for b in batches}
+    assert not [f for f in files if f["purpose"] == "batch"]  # no input file left behind
+    assert not read_ledger(run_dir / "batches.jsonl").entries
+    assert_paid_once(counts, run_dir)
+    outputs = read_jsonl(run_dir / "outputs.jsonl")
+    assert sorted(o["id"] for o in outputs) == sorted(t["id"] for t in tasks(4))
+    assert all(o["status"] == "done" for o in outputs)
+
+
+def test_cancel_deletes_the_input_file_of_a_batch_never_created(tmp_path: Path) -> None:
+    """Killed after uploading an input file whose id never reached the ledger, then `refine
+    cancel`: the file is found by its name and deleted, and the next run completes."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
+    run_dir = tmp_path / "run"
+    with Simulator(FAST) as sim:
+        args = batch_args(inp, run_dir, sim.url, "--max-iters", "0")
+        killed = refine(*args, env={"REFINE_BATCH_CRASH": "after_upload"})
+        assert killed.returncode == -signal.SIGKILL
+        (stray,) = [f for f in sim.files if f["purpose"] == "batch"]
+        cancelled = refine("cancel", str(run_dir))
+        left = [f for f in sim.files if f["purpose"] == "batch"]
+        open_after_cancel = read_ledger(run_dir / "batches.jsonl").entries
+        again = refine(*args)
+        counts = answered(sim, run_dir)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert f"{stray['id']} was uploaded but never used" in cancelled.stderr
+    assert left == [] and open_after_cancel == {}
+    assert again.returncode == 0, again.stderr
+    assert_paid_once(counts, run_dir)
+    assert len(read_jsonl(run_dir / "outputs.jsonl")) == 3
+
+
 def test_sigkill_while_waiting_then_detach_until_done(tmp_path: Path) -> None:
     """Two SIGKILLs while waiting, then `--detach` re-runs until 0: all done, no call paid twice.
 

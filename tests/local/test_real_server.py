@@ -6,6 +6,7 @@ once into the model cache; they skip, saying why, only when the server is not in
 
 from __future__ import annotations
 
+import itertools
 import json
 import urllib.request
 from collections.abc import Iterator
@@ -140,3 +141,88 @@ async def test_real_local_run_parses_feedback(tmp_path: Path, default_model: Loc
                 values = step["parsed"][name]
                 assert len(values) <= spec["maxItems"], (name, values)
                 assert cap is None or all(len(v) <= cap for v in values), (name, values)
+
+
+@pytest.fixture(scope="module")
+def small_model() -> Iterator[LocalModel]:
+    """The 0.5B model, fetched once into the model cache; skips without llama-server."""
+    try:
+        check_llama_cpp()
+    except LlamaCppMissingError as err:
+        pytest.skip(f"llama-server is not installed: {err}")
+    yield resolve_model("qwen2.5-coder-0.5b", log=quiet)
+
+
+def _chat(messages: list[dict[str, str]]) -> dict[str, object]:
+    return {"messages": messages, "max_tokens": 48, "temperature": 0}
+
+
+def _cached(reply: dict[str, object]) -> tuple[int, int, int]:
+    """Prompt tokens, and the cached ones as the usage and the timings report them."""
+    usage = reply["usage"]
+    timings = reply["timings"]
+    assert isinstance(usage, dict) and isinstance(timings, dict)
+    return (
+        usage["prompt_tokens"],
+        usage["prompt_tokens_details"]["cached_tokens"],
+        timings["cache_n"],
+    )
+
+
+@pytest.mark.anyio
+async def test_real_server_serves_a_conversation_prefix_from_cache(
+    tmp_path: Path, small_model: LocalModel
+) -> None:
+    """A call extending a record's previous call reports that call's prompt as cached, even
+    after another record's call took the only slot (the host cache brings the prefix back)."""
+    server = LocalServer(small_model, log_dir=tmp_path, parallel=1)
+    system = {"role": "system", "content": "You review Python code. Answer briefly."}
+    first = [system, {"role": "user", "content": "Write a Python function that reverses a string."}]
+    other = [system, {"role": "user", "content": "Write a Python class for a bank account."}]
+    async with server:
+        url = f"{server.base_url}/chat/completions"
+        one = await anyio.to_thread.run_sync(_post, url, _chat(first))
+        await anyio.to_thread.run_sync(_post, url, _chat(other))
+        choices = one["choices"]
+        assert isinstance(choices, list)
+        answer = choices[0]["message"]["content"]
+        then = [
+            *first,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "Name one input this function mishandles."},
+        ]
+        two = await anyio.to_thread.run_sync(_post, url, _chat(then))
+    prompt_one, cached_one, _ = _cached(one)
+    prompt_two, cached_two, cache_n = _cached(two)
+    assert cached_one == 0
+    assert prompt_one <= cached_two < prompt_two
+    assert cache_n == cached_two
+
+
+@pytest.mark.anyio
+async def test_real_local_run_reports_cached_tokens(
+    tmp_path: Path, small_model: LocalModel
+) -> None:
+    """In a --local run, every call after a record's first reuses the server's cache, and the
+    trace counts it (usage.cached_tokens)."""
+    write_jsonl(tmp_path / "in.jsonl", [{"id": "c1", "concepts": ["dog", "frisbee", "catch"]}])
+    summary = await arun(
+        "commongen",
+        tmp_path / "in.jsonl",
+        tmp_path / "run",
+        Settings(
+            local=True, local_model=small_model.name, max_iters=1, checks=False, concurrency=1
+        ),
+        show_progress=False,
+    )
+    assert summary.state == "finished"
+    (trace,) = read_jsonl(tmp_path / "run" / "traces.jsonl")
+    assert isinstance(trace, dict)
+    steps = trace["steps"]
+    assert len(steps) >= 2
+    for before, step in itertools.pairwise(steps):
+        # The previous call's prompt is a prefix of this one's (a repair resends it whole,
+        # and the server computes its last token again): served from the slot.
+        repeat = int(step["messages"] == before["messages"])
+        cached = step["usage"]["cached_tokens"]
+        assert cached >= before["usage"]["prompt_tokens"] - repeat, step["role"]

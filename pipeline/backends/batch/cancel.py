@@ -2,8 +2,10 @@
 
 Cancelling takes the run lock, so it never races a run that is sending batches: stop a
 waiting run first (SIGINT or SIGTERM leave its batches running). A batch created by a run
-killed before it recorded the id is found by its token and cancelled too. The next
-``refine run`` collects the lines the cancelled batches finished and sends the rest again.
+killed before it recorded the id is found by its token and cancelled too; an intent that
+never became a batch has its uploaded input file deleted (found by its name when its id was
+never recorded) and is forgotten, so nothing is left on the provider. The next ``refine
+run`` collects the lines the cancelled batches finished and sends the rest again.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from pathlib import Path
 
 import anyio
 
-from ...errors import CallError, RunLocked
+from ...errors import CallError, FatalCallError, RunLocked
 from ...runs.rundir import RunDir
-from .api import BatchClients, BatchInfo, find_by_token, open_clients
-from .ledger import Ledger
+from .api import (
+    BatchAPI,
+    BatchClients,
+    BatchInfo,
+    find_by_token,
+    find_upload,
+    input_file_name,
+    open_clients,
+)
+from .ledger import Entry, Ledger
 
 __all__ = ["acancel", "cancel"]
 
@@ -74,7 +84,8 @@ async def _cancel_all(ledger: Ledger, clients: BatchClients) -> list[BatchInfo]:
         if entry.batch_id is None:
             info = (await find_by_token(api, {entry.token}, entry.at)).get(entry.token)
             if info is None:
-                continue  # never created: nothing runs
+                await _discard(ledger, api, entry)  # never created: nothing runs
+                continue
             ledger.created(entry.token, info.id)
         assert entry.batch_id is not None
         try:
@@ -86,6 +97,27 @@ async def _cancel_all(ledger: Ledger, clients: BatchClients) -> list[BatchInfo]:
         ledger.cancel(entry.token)
         cancelled.append(info)
     return cancelled
+
+
+async def _discard(ledger: Ledger, api: BatchAPI, entry: Entry) -> None:
+    """Delete the input file of an intent that never became a batch, and forget the intent.
+
+    A file that cannot be deleted now leaves the intent open: the next run deletes it.
+    """
+    name = input_file_name(entry.token)
+    try:
+        if entry.file_id is None:
+            for file_id in await find_upload(api, name, entry.at):
+                log.warning("file %s was uploaded but never used; it is deleted", file_id)
+                ledger.uploaded(entry.token, file_id)
+        for file_id in entry.files:
+            await api.delete(file_id)
+    except CallError as err:
+        if isinstance(err, FatalCallError):
+            raise
+        log.warning("the input file %s is left for the next run to delete (%s)", name, err)
+        return
+    ledger.closed(entry.token, "never created")
 
 
 def cancel(

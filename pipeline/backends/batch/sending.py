@@ -121,6 +121,7 @@ class _Sending(_Base):
         self._ok()
         self._crash("after_upload")
         self.ledger.uploaded(token, file_id)
+        self._crash("before_create")
         self.status[token] = "creating"
         await self._create(entry)
 

@@ -36,6 +36,7 @@ from anyio.abc import Process
 
 from ...errors import LlamaCppMissingError, ServerStartError
 from ._messages import read_tail
+from .caching import cache_args
 from .registry import LocalModel
 
 __all__ = [
@@ -349,7 +350,7 @@ class LocalServer:
             "--ctx-size", str(self.n_ctx),
             "--threads", threads,
             "--threads-batch", threads,
-            "--no-webui",
+            "--no-webui", *cache_args(),  # a record's next call reuses its computed prefix
         ]  # fmt: skip
         if self.batch_size is not None:
             args += ["--batch-size", str(self.batch_size), "--ubatch-size", str(self.batch_size)]
