@@ -82,7 +82,9 @@ def comparable(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def test_workers_produce_what_a_single_process_does(cluster: str, tmp_path: Path) -> None:
     """Two Ray workers (critic on another model) write what one process writes, call for call."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))
-    with Simulator(SimConfig(latency_s=0.01, p_done=0.3)) as sim:
+    # No prefix cache: the second run's prompts would be served from what the first one
+    # left in it, and its usage would differ for that reason alone.
+    with Simulator(SimConfig(latency_s=0.01, p_done=0.3, prefix_cache=False)) as sim:
         one = settings(sim.url, feedback_model="sim-critic", rpm=60_000)
         single = run("code-improve", inp, tmp_path / "one", one, show_progress=False)
         calls_single = len(sim.requests)
