@@ -344,7 +344,7 @@ async def replay(layout: str, model_name: str | None, traces: Path, concurrency:
         limit = anyio.Semaphore(server.parallel)
 
         async def one(steps: list[dict[str, Any]]) -> None:
-            for step in steps:
+            for step in (s for s in steps if s.get("response") is not None):  # answered ones
                 sent = (
                     step["messages"] if layout == "conversation" else old_layout(step["messages"])
                 )
