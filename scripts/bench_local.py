@@ -24,13 +24,17 @@
    share only the system message. The same model, records, server settings and loop; a
    fresh server for each run (its start not timed). ``--max-tokens`` caps every call
    (repair is off, so a cut answer is not asked again). Prints both rates and their ratio.
+   The layouts can change what the model writes, and so how many calls a loop makes:
+   ``--replay`` then sends the conversation run's calls again in each layout on a fresh
+   server, every answer as long as it was (``ignore_eos``), the same work in both.
 
 The default slot count is the smallest level within 5% of the best tokens per second.
 
 Usage: scripts/bench_local.py [--levels 1,2,4,8] [--rounds 2] [--repeat 1] [--model NAME]
                               [--tune]
        scripts/bench_local.py --layouts [--records 16] [--max-iters 2] [--max-tokens N]
-                              [--concurrency 4] [--rounds 1] [--model NAME]
+                              [--concurrency 4] [--rounds 1] [--model NAME] [--replay]
+                              [--work DIR]
 Run it under ``flock /tmp/refine-heavy.lock`` on a shared machine.
 """
 
@@ -251,6 +255,7 @@ class LayoutRun:
     cached_tokens: int
     completion_tokens: int
     stops: str  # why the records' loops stopped, counted: "max_iters 3, no_change 1"
+    run_dir: Path
 
     @property
     def per_hour(self) -> float:
@@ -312,6 +317,7 @@ async def run_layout(
         prompt_tokens=sum(int(u["prompt_tokens"]) for u in usage),
         cached_tokens=sum(int(u["cached_tokens"]) for u in usage),
         completion_tokens=sum(int(u["completion_tokens"]) for u in usage),
+        run_dir=out,
         stops=", ".join(
             f"{why} {n}" for why, n in sorted(Counter(str(r["stop_reason"]) for r in rows).items())
         ),
@@ -323,6 +329,58 @@ def first_records(count: int, dest: Path) -> Path:
     lines = [line for line in RECORDS.read_bytes().splitlines() if line.strip()][:count]
     dest.write_bytes(b"\n".join(lines) + b"\n")
     return dest
+
+
+async def replay(layout: str, model_name: str | None, traces: Path, concurrency: int) -> float:
+    """Seconds to send the calls of ``traces`` again in ``layout`` on a fresh server: each
+    record's calls in order, the records side by side, every answer exactly as long as it
+    was (``ignore_eos``), so both layouts do the same work and differ only in the prompt."""
+    from openai import AsyncOpenAI
+
+    records = [orjson.loads(line)["steps"] for line in traces.read_bytes().splitlines()]
+    model = await anyio.to_thread.run_sync(resolve_model, model_name)
+    async with LocalServer(model, parallel=slots_for(concurrency)) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="local", timeout=3600)
+        limit = anyio.Semaphore(server.parallel)
+
+        async def one(steps: list[dict[str, Any]]) -> None:
+            for step in (s for s in steps if s.get("response") is not None):  # answered ones
+                sent = (
+                    step["messages"] if layout == "conversation" else old_layout(step["messages"])
+                )
+                async with limit:
+                    await client.chat.completions.create(
+                        model=server.model,
+                        messages=sent,
+                        max_tokens=max(1, int(step["usage"].get("completion_tokens", 1))),
+                        temperature=0,
+                        extra_body={"ignore_eos": True},
+                    )
+
+        started = time.perf_counter()
+        try:
+            async with anyio.create_task_group() as tg:
+                for steps in records:
+                    tg.start_soon(one, steps)
+        finally:
+            await client.close()
+        return time.perf_counter() - started
+
+
+def replay_both(run: LayoutRun, args: argparse.Namespace) -> None:
+    """The conversation run's calls sent again in each layout, as much work in both."""
+    traces = run.run_dir / "traces.jsonl"
+    walls = {}
+    for layout in LAYOUTS:
+        walls[layout] = anyio.run(replay, layout, args.model, traces, args.concurrency)
+        print(
+            f"replay of the conversation run's {run.calls} calls, {layout} layout: "
+            f"{walls[layout]:.1f} s = {run.records / walls[layout] * 3600:.1f} records/h",
+            flush=True,
+        )
+    print(
+        f"replay, conversation / old: {walls['old'] / walls['conversation']:.2f}x records per hour"
+    )
 
 
 def bench_layouts(args: argparse.Namespace) -> None:
@@ -352,7 +410,9 @@ def bench_layouts(args: argparse.Namespace) -> None:
                     f"{run.completion_tokens}; stopped: {run.stops}",
                     flush=True,
                 )
-    best = {layout: max(runs[layout], key=lambda run: run.per_hour) for layout in LAYOUTS}
+        best = {layout: max(runs[layout], key=lambda run: run.per_hour) for layout in LAYOUTS}
+        if args.replay:
+            replay_both(best["conversation"], args)
     print()
     print(
         "| layout | records/h | s/call | calls | prompt tokens | cached | computed | completion |"
@@ -393,6 +453,9 @@ def main() -> None:
         "--concurrency", type=int, default=DEFAULT_SLOTS, help="--layouts: records in flight"
     )
     parser.add_argument("--work", type=Path, default=None, help="--layouts: keep the runs here")
+    parser.add_argument(
+        "--replay", action="store_true", help="--layouts: also resend the same calls in each"
+    )
     args = parser.parse_args()
     if args.layouts:
         if args.rounds == parser.get_default("rounds"):

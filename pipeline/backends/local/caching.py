@@ -15,8 +15,8 @@ prefix of the next call's. The server keeps them two ways:
 
 Slots are not pinned to records (``id_slot``): a call would wait for its record's slot
 while others stand idle, and the host cache already brings its prefix to any slot. The
-host cache is capped (llama.cpp's default of 8 GiB once grew the server to about 6 GB):
-``REFINE_LOCAL_CACHE_MIB`` sets another cap, ``0`` turns it off.
+host cache is capped well below llama.cpp's default of 8 GiB (docs/local.md says why and
+what it holds): ``REFINE_LOCAL_CACHE_MIB`` sets another cap, ``0`` turns it off.
 """
 
 from __future__ import annotations
