@@ -87,7 +87,9 @@ def test_an_outage_is_probed_one_request_at_a_time(tmp_path: Path) -> None:
     """50 records in flight when the server goes down: after the first second of the
     outage, requests come one at a time, spaced, and every record still finishes."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(50))
-    with Simulator(SimConfig(latency_s=0.02, outages=((0.3, 6.3),))) as sim:
+    # 0.1 s a call: the records' calls still run when the outage starts at 0.3 s (at 0.02 s
+    # a quick machine finished all 50 before it)
+    with Simulator(SimConfig(latency_s=0.1, outages=((0.3, 6.3),))) as sim:
         summary = run(
             "code-improve",
             inp,
