@@ -3,6 +3,8 @@ tokens priced at the cached rate in every figure (outputs, status, report, the b
 
 from __future__ import annotations
 
+import http.server
+import threading
 import time
 from itertools import pairwise
 from pathlib import Path
@@ -203,3 +205,39 @@ def test_record_id_is_the_prompt_cache_key_until_the_endpoint_refuses_it(tmp_pat
         run("code-improve", inp, tmp_path / "run2", settings, api_key="k", show_progress=False)
         keys = {r.body["prompt_cache_key"] for r in sim.requests}
     assert keys == {f"r{i}" for i in range(6)}
+
+
+class _NamesTheKeyAlways(http.server.BaseHTTPRequestHandler):
+    """A server whose every answer is a 400 naming prompt_cache_key, sent or not."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = orjson.dumps(
+            {"error": {"message": "prompt_cache_key: bad request", "type": "invalid_request"}}
+        )
+        self.send_response(400)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_400_naming_the_key_after_it_was_dropped_fails_the_call(tmp_path: Path) -> None:
+    """Once a call goes without the key, a 400 naming it is the request's own fault: the
+    record fails instead of the call going round again for ever."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NamesTheKeyAlways)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        settings = Settings(model="m", base_url=url, max_iters=1, max_retries=0, checks=False)
+        inp = write_jsonl(tmp_path / "in.jsonl", long_tasks(1, tokens=50))
+        summary = run("code-improve", inp, tmp_path / "run", settings, api_key="k")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert summary.exit_code == 1
+    (out,) = read_jsonl(tmp_path / "run" / "outputs.jsonl")
+    assert out["status"] == "failed" and "prompt_cache_key" in out["error"]["message"]

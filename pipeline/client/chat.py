@@ -29,7 +29,7 @@ from ..core.steps import Completion, Try
 from ..errors import AuthError, CallError, FatalCallError, UnavailableError
 from .answers import error_message, http_client, read_answer, redact
 from .budget import Reservation, Spending
-from .caching import cache_key_refused, cache_options
+from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
 from .endpoints import Endpoint, Endpoints
 from .flex import FLEX, Capacity, flex_refused, tier_options
 from .formats import FormatLadder
@@ -228,7 +228,8 @@ class OpenAIClient:
                 endpoint.in_flight -= 1
             failure = error.failure
             tries.append(Try(failure.status or failure.kind, round(self._clock() - sent_at, 4)))
-            if cache_key and cache_key_refused(failure.status, str(failure), error.param):
+            sent_key = CACHE_KEY_PARAM in body  # (a refusal once the key is dropped fails)
+            if sent_key and cache_key_refused(failure.status, str(failure), error.param):
                 endpoint.takes_cache_key = False  # unknown to this server: go again without
                 continue
             if self.service_tier == FLEX and flex_refused(failure.status, error.code):
