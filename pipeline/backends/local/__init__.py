@@ -3,7 +3,8 @@
 ``registry`` names the known models; ``packages`` assembles them from hash-pinned chunk
 wheels; ``hub`` fetches ``hf:`` references; ``resolve`` picks the route for what the user
 wrote; ``server`` runs ``llama-server`` with several slots; ``caching`` sets how it keeps
-a record's computed prompt for its next call. Errors are the
+a record's computed prompt for its next call; ``environ`` reads their whole-number
+settings from the environment. Errors are the
 :class:`~pipeline.errors.LocalModelError` branch of the package's one hierarchy.
 """
 

@@ -21,10 +21,9 @@ what it holds): ``REFINE_LOCAL_CACHE_MIB`` sets another cap, ``0`` turns it off.
 
 from __future__ import annotations
 
-import os
 from typing import Final
 
-from ...errors import ServerStartError
+from .environ import env_count
 
 __all__ = ["CACHE_MIB_ENV", "DEFAULT_CACHE_MIB", "cache_args", "cache_mib"]
 
@@ -36,14 +35,8 @@ docs/local.md has what it holds per model."""
 
 def cache_mib() -> int:
     """The host prompt cache's cap in MiB: ``$REFINE_LOCAL_CACHE_MIB``, else the default."""
-    configured = os.environ.get(CACHE_MIB_ENV, "").strip()
-    if not configured:
-        return DEFAULT_CACHE_MIB
-    if not configured.isdigit():
-        raise ServerStartError(
-            f"{CACHE_MIB_ENV}={configured!r}: expected a size in MiB (0 turns the cache off)"
-        )
-    return int(configured)
+    expected = "a size in MiB (0 turns the cache off)"
+    return env_count(CACHE_MIB_ENV, DEFAULT_CACHE_MIB, least=0, expected=expected)
 
 
 def cache_args(mib: int | None = None) -> list[str]:

@@ -37,6 +37,7 @@ from anyio.abc import Process
 from ...errors import LlamaCppMissingError, ServerStartError
 from ._messages import read_tail
 from .caching import cache_args
+from .environ import env_count
 from .registry import LocalModel
 
 __all__ = [
@@ -96,12 +97,7 @@ _DEVICE_LINE = re.compile(r"^\s+([A-Za-z][\w.-]*\d*):\s")
 
 def max_slots() -> int:
     """``$REFINE_LOCAL_SLOTS`` when set (more suits a GPU), else :data:`DEFAULT_SLOTS`."""
-    configured = os.environ.get(SLOTS_ENV, "").strip()
-    if not configured:
-        return DEFAULT_SLOTS
-    if not configured.isdigit() or int(configured) < 1:
-        raise ServerStartError(f"{SLOTS_ENV}={configured!r}: expected a number of slots >= 1")
-    return int(configured)
+    return env_count(SLOTS_ENV, DEFAULT_SLOTS, least=1, expected="a number of slots >= 1")
 
 
 def slots_for(concurrency: int, most: int | None = None) -> int:
