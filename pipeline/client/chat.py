@@ -42,6 +42,7 @@ from .outage import (
     PROBE_MESSAGES,
     Outage,
 )
+from .prices import at_batch_rate
 from .retry import (
     BACKOFF_BASE_S,
     Decision,
@@ -367,8 +368,8 @@ class OpenAIClient:
         estimate = estimate_tokens(sent)
         reservation: Reservation | None = None
         if self.budget is not None:
-            flex = self.service_tier == FLEX  # reserved at the batch rate flex bills
-            reservation = await self.budget.reserve(self._model, estimate, max_tokens, batch=flex)
+            batch = at_batch_rate(None, self.service_tier)  # flex bills the batch rate
+            reservation = await self.budget.reserve(self._model, estimate, max_tokens, batch=batch)
         usage: Mapping[str, int] | None = None
         try:
             booking = await self.limiter.acquire(estimate, max_tokens)
@@ -378,7 +379,8 @@ class OpenAIClient:
             answer = _parse(raw.content)
             usage = answer["usage"]
             if reservation is not None:  # settled at the rate of the tier that served it
-                reservation = replace(reservation, batch=answer["service_tier"] == FLEX)
+                batch = at_batch_rate(None, answer["service_tier"])
+                reservation = replace(reservation, batch=batch)
             self.limiter.settle(booking, usage["prompt_tokens"])
             self.succeeded += 1
             return answer

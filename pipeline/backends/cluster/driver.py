@@ -27,8 +27,8 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ...client.flex import FLEX
 from ...client.limits import Limiter
+from ...client.prices import at_batch_rate
 from ...core.records import Record
 from ...core.steps import Step
 from ...errors import BudgetReached, ConfigError, StoreError, UnavailableError
@@ -204,9 +204,9 @@ class _Link:
         self.running: dict[str, _Running] = {}
         self.acks: list[int] = []
         self.waits: tuple[tuple[float, ...], ...] = ()
-        flex = run.session.settings.service_tier == FLEX  # its calls reserve the batch rate
+        batch = at_batch_rate(None, run.session.settings.service_tier)  # flex: the batch rate
         self.accounts = Accounts(
-            run.session.budget, run.start_task, run.dispatch.changed, batch=flex
+            run.session.budget, run.start_task, run.dispatch.changed, batch=batch
         )
         self.deaths = 0
         self.gone = False
