@@ -214,6 +214,21 @@ def test_structured_output_answers_json_valid_against_output_config_format() -> 
     validate(orjson.loads(message.content[0].text), FEEDBACK_SCHEMA)
 
 
+def test_a_server_without_structured_outputs_refuses_output_config_but_forces_tools() -> None:
+    """With structured="none", output_config.format is a 400 naming it (the client's cue to
+    fall back), while a forced tool still answers schema-valid JSON."""
+    fmt = {"format": {"type": "json_schema", "schema": FEEDBACK_SCHEMA}}
+    tool = {"name": "feedback", "input_schema": FEEDBACK_SCHEMA}
+    with Simulator(SimConfig(structured="none")) as sim, client(sim) as c:
+        with pytest.raises(anthropic.BadRequestError) as info:
+            c.messages.create(**params("Review it."), output_config=fmt)
+        forced = c.messages.create(
+            **params("Review it."), tools=[tool], tool_choice={"type": "tool", "name": "feedback"}
+        )
+    assert "output_config.format" in info.value.body["error"]["message"]
+    validate(forced.content[0].input, FEEDBACK_SCHEMA)
+
+
 def test_max_tokens_zero_answers_nothing_but_fills_the_cache() -> None:
     """max_tokens 0 pre-warms the cache: no content, no output, the prefix written; the
     next call reads it."""

@@ -67,7 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="accepted model names (comma separated and/or repeated)",
     )
-    parser.add_argument("--structured", choices=STRUCTURED_LEVELS, default=d.structured)
+    parser.add_argument(
+        "--structured",
+        choices=STRUCTURED_LEVELS,
+        default=d.structured,
+        help="structured output the server takes (Anthropic's output_config: json_schema only)",
+    )
     parser.add_argument("--fence-json", dest="fence_json", action="store_true")
     parser.add_argument(
         "--rpm", type=float, default=d.rpm, help="requests per minute (each API its own bucket)"

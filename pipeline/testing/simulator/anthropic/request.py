@@ -8,10 +8,13 @@ conversation as plain text (what the answer derives from, as in the OpenAI diale
 the kind of answer asked for: text, JSON through ``output_config.format`` (structured
 outputs), or a ``tool_use`` block forced by ``tool_choice``.
 
-Unknown top-level fields are refused, as Anthropic refuses them ("Extra inputs are not
-permitted"): a client sending OpenAI's ``response_format`` learns it at once. Content
-blocks other than text, tool_use and tool_result (images, documents, thinking) and
-streaming are refused as not supported by the simulator.
+A server configured without JSON-schema support (``SimConfig.structured`` other than
+"json_schema") refuses ``output_config.format``, as models without structured outputs
+do; a forced tool always works. Unknown top-level fields are refused, as Anthropic
+refuses them ("Extra inputs are not permitted"): a client sending OpenAI's
+``response_format`` learns it at once. Content blocks other than text, tool_use and
+tool_result (images, documents, thinking) and streaming are refused as not supported by
+the simulator.
 """
 
 from __future__ import annotations
@@ -316,8 +319,9 @@ def _choice(choice: Any, schemas: dict[str, Any]) -> str | None:
     return None
 
 
-def _output_format(config: Any) -> Any:
-    """The JSON schema ``output_config.format`` asks the answer to follow, if any."""
+def _output_format(config: Any, structured: bool) -> Any:
+    """The JSON schema ``output_config.format`` asks the answer to follow, if any
+    (refused unless the server takes structured outputs: ``structured``)."""
     if config is None:
         return None
     if not isinstance(config, dict):
@@ -335,6 +339,8 @@ def _output_format(config: Any) -> Any:
     schema = fmt.get("schema")
     if not isinstance(schema, dict):
         raise _Refused("output_config.format.schema: Field required")
+    if not structured:
+        raise _Refused("output_config.format: structured outputs are not supported by this model")
     return schema
 
 
@@ -420,7 +426,7 @@ def _parse(cfg: SimConfig, body: dict[str, Any], counting: bool) -> MessagesRequ
     system = _system(prompt, body.get("system"))
     turns = _messages(prompt, body.get("messages"))
     tool = _choice(body.get("tool_choice"), schemas)
-    fmt = _output_format(body.get("output_config"))
+    fmt = _output_format(body.get("output_config"), cfg.structured == "json_schema")
     if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
         raise _Refused("metadata: Input should be a valid dictionary")
     breakpoints = _breakpoints(prompt, body.get("cache_control"))
