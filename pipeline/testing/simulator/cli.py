@@ -42,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The simulator's argument parser (defaults from ``SimConfig``)."""
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.testing.simulator",
-        description="OpenAI-compatible HTTP server simulator (prints 'listening URL' when ready).",
+        description=(
+            "HTTP server simulating OpenAI's API (base URL: the printed URL) and Anthropic's "
+            "Messages API and Message Batches (base URL: the printed URL without /v1). Prints "
+            "'listening URL' when ready."
+        ),
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
@@ -63,10 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="accepted model names (comma separated and/or repeated)",
     )
-    parser.add_argument("--structured", choices=STRUCTURED_LEVELS, default=d.structured)
+    parser.add_argument(
+        "--structured",
+        choices=STRUCTURED_LEVELS,
+        default=d.structured,
+        help="structured output the server takes (Anthropic's output_config: json_schema only)",
+    )
     parser.add_argument("--fence-json", dest="fence_json", action="store_true")
-    parser.add_argument("--rpm", type=float, default=d.rpm)
-    parser.add_argument("--tpm", type=float, default=d.tpm)
+    parser.add_argument(
+        "--rpm", type=float, default=d.rpm, help="requests per minute (each API its own bucket)"
+    )
+    parser.add_argument("--tpm", type=float, default=d.tpm, help="OpenAI's tokens per minute")
     for name in FAULTS:
         flag = "--" + name.replace("_", "-")
         parser.add_argument(flag, dest=name, type=float, default=getattr(d, name))
@@ -123,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="answers the key's quota covers; then 429 insufficient_quota",
     )
     _add_cache_and_tiers(parser, d)
-    batch = parser.add_argument_group("Batch API")
+    _add_anthropic(parser, d)
+    batch = parser.add_argument_group("Batch API (the timings and failures: Message Batches too)")
     for flag, name, kind, help_ in (
         ("--batch-validating", "batch_validating_s", float, "seconds a batch spends validating"),
         ("--batch-delay", "batch_delay_s", float, "seconds in progress (the completion delay)"),
@@ -178,6 +190,44 @@ def _add_cache_and_tiers(parser: argparse.ArgumentParser, d: SimConfig) -> None:
         default = getattr(d, name)
         group.add_argument(
             flag, dest=name, type=float, default=default, help=f"{help_} (default: {default})"
+        )
+
+
+def _add_anthropic(parser: argparse.ArgumentParser, d: SimConfig) -> None:
+    """Anthropic's Messages API: its limits, its own faults, its cache, Message Batches."""
+    group = parser.add_argument_group(
+        "Anthropic (Messages API, Message Batches)",
+        "p-500, p-hang, p-reset, p-truncate, p-length, p-refusal, outages, throttles, poison, "
+        "context-limit, quota and retry-after apply to it too, in Anthropic's words; "
+        "p-503 does not (its overload is --p-529).",
+    )
+    for flag, name, kind, help_ in (
+        ("--itpm", "itpm", float, "input tokens per minute (uncached and cache writes)"),
+        ("--otpm", "otpm", float, "output tokens per minute (max_tokens, then settled)"),
+        ("--p-429", "p_429", float, "share of messages refused 429 rate_limit_error"),
+        ("--p-529", "p_529", float, "share of messages refused 529 overloaded_error"),
+        (
+            "--cache-min-tokens",
+            "cache_min_tokens",
+            _optional_int,
+            "shortest cacheable prefix for every model (none: each model's documented one)",
+        ),
+        (
+            "--message-batch-max-requests",
+            "message_batch_max_requests",
+            int,
+            "requests per Message Batch at most",
+        ),
+        (
+            "--message-batch-max-bytes",
+            "message_batch_max_bytes",
+            int,
+            "Message Batch request body at most (beyond: 413)",
+        ),
+    ):
+        default = getattr(d, name)
+        group.add_argument(
+            flag, dest=name, type=kind, default=default, help=f"{help_} (default: {default})"
         )
 
 
