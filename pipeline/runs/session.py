@@ -41,6 +41,7 @@ from .tally import tally
 __all__ = [
     "EXIT",
     "CountingSink",
+    "Rejected",
     "RunSummary",
     "Session",
     "StopReason",
@@ -145,12 +146,18 @@ def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | Non
     if reason is not None:
         return "stopped", reason.exit_code, f"stopped: {err}"
     if failed or bad:
-        return (
-            "finished",
-            EXIT["partial"],
-            f"finished with {failed} failed record(s) and {bad} unreadable input line(s) "
-            "(see outputs.jsonl and errors.jsonl; `--retry-failed` runs the failed ones again)",
-        )
+        parts = []
+        if failed:
+            parts.append(
+                f"{failed} failed record(s) (outputs.jsonl says why; a run with "
+                "--retry-failed runs them again)"
+            )
+        if bad:
+            parts.append(
+                f"{bad} unreadable input line(s) (errors.jsonl says why; fix them in the "
+                "input, in place, and the next run reads them again)"
+            )
+        return "finished", EXIT["partial"], "finished with " + " and ".join(parts)
     return "finished", EXIT["ok"], None
 
 
@@ -236,27 +243,41 @@ class Session:
         """
         s = self.settings
         items = read_records(self.input_path, self.job.inputs, s.id_field)
+        rejected = Rejected(self.outputs.errors.keys)
         while not self.stop.stopping:
             batch: list[Record | InputError] = await anyio.to_thread.run_sync(
                 lambda: list(islice(items, READ_BATCH))
             )
             if not batch:
                 break
-            for item in batch:
-                if s.limit is not None and self._lines_seen >= s.limit:
-                    return
-                self._lines_seen += 1
-                if isinstance(item, InputError):
-                    self.counters.bad_lines += 1
-                    self.outputs.bad_line(item)
-                    continue
-                if s.shard is not None and shard_of(item.id, s.shard[1]) != s.shard[0]:
-                    continue
-                if item.id in self.outputs.finished:
-                    continue
-                await send(item)
-                if self.stop.stopping:
-                    return
+            try:
+                for item in batch:
+                    if s.limit is not None and self._lines_seen >= s.limit:
+                        return
+                    self._lines_seen += 1
+                    rejected.read(item.line, isinstance(item, InputError))
+                    if isinstance(item, InputError):
+                        self.counters.bad_lines += 1
+                        self.outputs.bad_line(item)
+                        continue
+                    if s.shard is not None and shard_of(item.id, s.shard[1]) != s.shard[0]:
+                        continue
+                    if item.id in self.outputs.finished:
+                        continue
+                    await send(item)
+                    if self.stop.stopping:
+                        return
+            finally:
+                self._forget_fixed(rejected.take())
+
+    def _forget_fixed(self, lines: set[int]) -> None:
+        """Drop input lines rejected before and read now from errors.jsonl."""
+        if lines and self.outputs.errors.drop(lines):
+            log.info(
+                "%d input line(s) rejected by an earlier invocation are read now (fixed in "
+                "place): removed from errors.jsonl",
+                len(lines),
+            )
 
     async def count_input(self) -> None:
         """Set the progress total once the input is counted (runs beside the records)."""
@@ -317,6 +338,37 @@ class Session:
         state, code, message = conclude(self.stop, failed, bad)
         self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot(), **self.live})
         return RunSummary(self.rd.path, c, code, state, message)
+
+
+class Rejected:
+    """The input lines errors.jsonl holds, and those of them read again without error.
+
+    Lines are read in order; a recorded line passed over is blank now, and one read as a
+    record was fixed: either way it is no longer rejected.
+    """
+
+    __slots__ = ("_at", "_fixed", "_lines")
+
+    def __init__(self, lines: set[int]) -> None:
+        self._lines = sorted(lines)
+        self._at = 0
+        self._fixed: set[int] = set()
+
+    def read(self, line: int, rejected: bool) -> None:
+        """Input ``line`` was read (a record, or an InputError when ``rejected``)."""
+        lines = self._lines
+        while self._at < len(lines) and lines[self._at] < line:
+            self._fixed.add(lines[self._at])
+            self._at += 1
+        if self._at < len(lines) and lines[self._at] == line:
+            if not rejected:
+                self._fixed.add(line)
+            self._at += 1
+
+    def take(self) -> set[int]:
+        """The lines found no longer rejected since the last call."""
+        fixed, self._fixed = self._fixed, set()
+        return fixed
 
 
 class CountingSink:

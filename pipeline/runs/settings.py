@@ -7,7 +7,6 @@ a resumed run proceeds exactly as the first one did.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -72,11 +71,13 @@ class Settings:
     service_tier: str | None = None  # sent as ``service_tier`` (None: not sent); flex: batch rate
 
     def base_urls(self) -> tuple[str, ...]:
-        """The generator's endpoints: ``base_url`` (one or several), else ``$OPENAI_BASE_URL``."""
+        """The generator's endpoints: ``base_url``, one or several (none: OpenAI's).
+
+        ``$OPENAI_BASE_URL`` is read once, when a run starts (``runs.urls``), and recorded.
+        """
         if isinstance(self.base_url, tuple):
             return self.base_url
-        url = self.base_url or os.environ.get("OPENAI_BASE_URL")
-        return (url,) if url else ()
+        return (self.base_url,) if self.base_url else ()
 
     @property
     def critic_is_local(self) -> bool:
