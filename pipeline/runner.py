@@ -166,7 +166,7 @@ def _check_budget(prices: PriceBook, generator: Endpoint, critic: Endpoint | Non
             raise ConfigError(
                 f"--budget needs the price of {side.model_id!r}, which is not in the "
                 "built-in table: give it with --prices FILE (JSON or TOML: model -> "
-                "{input, output} dollars per million tokens)"
+                "{input, output[, cached_input, batch]}, dollars per million tokens)"
             )
 
 

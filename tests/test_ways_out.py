@@ -30,6 +30,21 @@ def test_a_run_with_no_successful_call_takes_the_corrected_model(tmp_path: Path)
     assert [o["status"] for o in read_jsonl(tmp_path / "run" / "outputs.jsonl")] == ["done"] * 3
 
 
+def test_records_failed_without_a_call_run_again_after_the_correction(tmp_path: Path) -> None:
+    """Records that failed with no call made (their prompt too long for a context) are not
+    kept as finished when the command is corrected: they run under the new settings."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(2))
+    with Simulator(SimConfig()) as sim:
+        tight = Settings(model="sim-model", base_url=sim.url, max_iters=1, context_tokens=5)
+        summary = run(
+            "code-improve", inp, tmp_path / "run", tight, api_key="k", show_progress=False
+        )
+        assert summary.exit_code == 1
+        assert go(sim, inp, tmp_path / "run", model="sim-model-2") == 0
+    outputs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
+    assert [o["status"] for o in outputs] == ["done", "done"]
+
+
 def test_the_refusal_of_another_model_names_the_way_out(sim: Simulator, tmp_path: Path) -> None:
     """Once calls succeeded, another --model is refused with how to start over or go on."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(2))

@@ -80,9 +80,9 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         "--base-url",
         action="append",
         metavar="URL",
-        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI); give it "
-        "more than once for replicas of the model (the least loaded gets each request); "
-        "the API key comes from $OPENAI_API_KEY",
+        help="OpenAI-compatible endpoint (default: the run's own, for an existing RUN_DIR; "
+        "else $OPENAI_BASE_URL, else OpenAI); give it more than once for replicas of the "
+        "model (the least loaded gets each request); the API key comes from $OPENAI_API_KEY",
     )
     p.add_argument(
         "--feedback-model",
@@ -90,7 +90,10 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         help="the critic on another model (`local` or `local:NAME` for the embedded one)",
     )
     p.add_argument(
-        "--feedback-base-url", metavar="URL", help="the critic's endpoint (default: the model's)"
+        "--feedback-base-url",
+        metavar="URL",
+        help="the critic's endpoint (default: the run's own for an existing RUN_DIR, else the "
+        "model's)",
     )
     p.add_argument(
         "--local",
@@ -104,8 +107,19 @@ def _add_models(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prices",
         metavar="FILE",
-        help="prices over the built-in table: JSON or TOML, model -> {input, output} "
-        "dollars per million tokens",
+        help="prices over (and beside) the built-in table: a JSON or TOML file mapping each "
+        "model name to {input, output, cached_input, batch}: input, output and cached_input "
+        "(prompt tokens the provider's cache served; default: the input price) in dollars "
+        "per million tokens, batch the factor on calls through the Batch API or the flex "
+        "tier (default 0.5); input and output are required",
+    )
+    p.add_argument(
+        "--context-tokens",
+        type=positive_int,
+        metavar="N",
+        help="the context window, in tokens, of the run's models: a record whose prompt "
+        "cannot fit fails without a call (default: the window of a known OpenAI model, or "
+        "of the embedded model's slot; none for other models)",
     )
     p.add_argument("--batch", action="store_true", help="every call through the Batch API")
 

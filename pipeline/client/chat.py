@@ -30,6 +30,7 @@ from ..errors import AuthError, CallError, FatalCallError, UnavailableError
 from .answers import error_message, http_client, read_answer, redact
 from .budget import Reservation, Spending
 from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
+from .context import overflow
 from .endpoints import Endpoint, Endpoints
 from .flex import FLEX, Capacity, flex_refused, tier_options
 from .formats import FormatLadder
@@ -100,6 +101,7 @@ class OpenAIClient:
         clock: Callable[[], float] = time.monotonic,
         request_model: str | None = None,
         service_tier: str | None = None,
+        context_tokens: int | None = None,
     ) -> None:
         self._model = model  # the name traces, prices and the budget know it by
         self._request_model = request_model or model  # the name the server knows it by
@@ -110,6 +112,7 @@ class OpenAIClient:
         self.backoff_base = backoff_base
         self.budget = budget
         self.service_tier = service_tier  # sent as ``service_tier`` on every call when set
+        self.context_tokens = context_tokens  # the model's window: a longer prompt is not sent
         self.capacity = Capacity(max_outage, clock)  # the flex tier's refusals
         self.calls = 0
         self.retries = 0
@@ -175,9 +178,14 @@ class OpenAIClient:
     ) -> Completion:
         """One chat completion, retried as the policy allows.
 
-        Raises CallError when the call fails for good, a FatalCallError subclass when the
-        run must stop, and BudgetReached when the next attempt cannot be paid for.
+        Raises CallError when the call fails for good (a prompt that cannot fit the context
+        window fails unsent), a FatalCallError subclass when the run must stop, and
+        BudgetReached when the next attempt cannot be paid for.
         """
+        if self.context_tokens is not None:
+            too_long = overflow(messages, self.context_tokens, self._model)
+            if too_long is not None:
+                raise too_long
         extra: dict[str, Any] = tier_options(self.service_tier)
         if frequency_penalty is not None:
             extra["frequency_penalty"] = frequency_penalty

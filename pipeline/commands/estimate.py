@@ -41,6 +41,7 @@ from ..core.steps import Kind, Role, Step
 from ..errors import ConfigError
 from ..io.records import count_records, read_records
 from ..runs.settings import LOCAL_PREFIX, Settings, effective_job
+from .fit import Unfit, find_unfit
 
 __all__ = [
     "SCENARIOS",
@@ -100,6 +101,7 @@ class Estimate:
     records: int
     scenarios: Mapping[str, Figures]
     basis: str
+    unfit: Unfit | None = None  # records whose prompt cannot fit the model's context
 
 
 @dataclass(slots=True)
@@ -343,6 +345,8 @@ def render(est: Estimate) -> str:
     )
     if any(f.cost_usd is None for f in est.scenarios.values()):
         rows.append("a model of this run has no price: give it with --prices FILE")
+    if est.unfit is not None:
+        rows.append(est.unfit.describe(est.records))
     return "\n".join(rows)
 
 
@@ -413,7 +417,9 @@ def run_estimate(
     if not input_path.is_file():
         raise ConfigError(f"input file not found: {input_path}")
     prices = price_book(settings.prices)
-    estimates = [from_prompts(job, input_path, settings, prices, _model_ids(settings))]
+    model_for = _model_ids(settings)
+    first = from_prompts(job, input_path, settings, prices, model_for)
+    estimates = [replace(first, unfit=find_unfit(job, input_path, settings, model_for))]
     if sample is not None:
         with contextlib.ExitStack() as stack:
             where = out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="refine-")))

@@ -69,6 +69,7 @@ class Settings:
     workers: int | None = None  # run on Ray with this many worker actors
     ray_address: str | None = None  # join this Ray cluster (else $RAY_ADDRESS, else a local one)
     service_tier: str | None = None  # sent as ``service_tier`` (None: not sent); flex: batch rate
+    context_tokens: int | None = None  # the models' context window (None: known models' own)
 
     def base_urls(self) -> tuple[str, ...]:
         """The generator's endpoints: ``base_url``, one or several (none: OpenAI's).
@@ -134,6 +135,8 @@ def resolve(settings: Settings, job_max_iters: int) -> Settings:
             problems.append("--shard must be I/N with 0 <= I < N")
     if settings.poll <= 0:
         problems.append("--poll must be > 0 seconds")
+    if settings.context_tokens is not None and settings.context_tokens < 1:
+        problems.append("--context-tokens must be >= 1")
     if settings.service_tier is not None and settings.service_tier not in SERVICE_TIERS:
         problems.append(f"--service-tier must be one of {', '.join(SERVICE_TIERS)}")
     if problems:
