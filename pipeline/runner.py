@@ -26,7 +26,7 @@ from .client.prices import PriceBook, price_book
 from .core.jobs import Job
 from .core.loader import load_job
 from .core.steps import ModelClient
-from .errors import ConfigError, RunDirError, StoreError
+from .errors import ConfigError, RunDirError, StoreError, UnreachableError
 from .io.inputs import check_input
 from .io.records import fingerprint, fixed_in_place, kept_lines, same_input
 from .runs.clients import ClientPlan, Endpoint, Models, open_client
@@ -74,7 +74,12 @@ async def _execute(
         async with anyio.create_task_group() as tg:
             tg.start_soon(session.journal.run)
             tg.start_soon(session.supervise, models, tg.cancel_scope, install_signal_handlers)
-            await driver(session, models)
+            try:
+                await models.preflight()
+            except UnreachableError as err:
+                session.stop.set(StopReason.FATAL, err)
+            else:
+                await driver(session, models)
             tg.cancel_scope.cancel()
     except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
         session.stop.set(StopReason.SIGNAL, KeyboardInterrupt("SIGINT"))

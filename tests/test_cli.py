@@ -248,7 +248,7 @@ def test_non_tty_progress_is_plain_log_lines(tmp_path: Path) -> None:
         out = refine(*run_args(inp, str(tmp_path / "run"), sim.url, "--max-iters", "0"))
     assert out.returncode == 0
     assert "\r" not in out.stderr
-    assert "5/5 records (5 done, 0 failed" in out.stdout
+    assert "5/5 records finished; this invocation: 5 done, 0 failed" in out.stdout
 
 
 def test_console_shows_no_http_library_chatter(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from .outage import (
     Outage,
 )
 from .prices import at_batch_rate
+from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable, unreachable_error
 from .retry import (
     BACKOFF_BASE_S,
     Decision,
@@ -70,11 +71,13 @@ class _Failed(Exception):
         wait: float | None = None,
         code: str | None = None,
         param: str | None = None,
+        unreachable: str | None = None,
     ) -> None:
         self.failure = failure
         self.wait = wait
         self.code = code
         self.param = param
+        self.unreachable = unreachable  # why the endpoint cannot be reached at all, if so
         super().__init__(str(failure))
 
 
@@ -166,6 +169,11 @@ class OpenAIClient:
         for endpoint in self.endpoints.all:
             await endpoint.conn.close()
 
+    async def preflight(self) -> None:
+        """Raise UnreachableError for an endpoint that cannot be reached (``reach.preflight``)."""
+        wait = min(self.timeout or PREFLIGHT_S, PREFLIGHT_S)
+        await preflight((e.conn for e in self.endpoints.all), wait)
+
     async def complete(
         self,
         messages: Sequence[Mapping[str, str]],
@@ -252,9 +260,11 @@ class OpenAIClient:
                 if next_level is not None:  # a format probe is not a failed attempt
                     floor = next_level
                     continue
-            decision = self._decide(endpoint, error, sent_at, counted + 1)
             failure.attempts, failure.tries = len(tries), tuple(tries)
             failure.messages, failure.model = sent, self._model
+            if error.unreachable is not None and self.succeeded == 0:  # a wrong URL: stop
+                raise unreachable_error(base_url(endpoint.conn), error.unreachable) from failure
+            decision = self._decide(endpoint, error, sent_at, counted + 1)
             if decision.action == "stop" and not isinstance(failure, FatalCallError):
                 stop = endpoint.outage.unavailable(failure)
                 stop.attempts, stop.tries, stop.messages = len(tries), tuple(tries), sent
@@ -422,12 +432,20 @@ class OpenAIClient:
                 return raw
         except openai.APIStatusError as err:
             raise self._status_failure(err) from err
-        except (TimeoutError, openai.APITimeoutError) as err:
+        except openai.APIConnectionError as err:  # timeouts too: a refused connect may be one
+            why = unreachable(err)
+            if why is not None:
+                failure = CallError("connection", f"cannot reach {base_url(endpoint.conn)}: {why}")
+                raise _Failed(failure, unreachable=why) from err
+            broke = os_error(err)
+            if broke is None and isinstance(err, openai.APITimeoutError):
+                failure = CallError("timeout", f"no answer within {self.timeout:g} s")
+                raise _Failed(failure) from err
+            message = redact(f"connection failed: {broke or err.__cause__ or err}", self._secret)
+            raise _Failed(CallError("connection", message)) from err
+        except TimeoutError as err:
             failure = CallError("timeout", f"no answer within {self.timeout:g} s")
             raise _Failed(failure) from err
-        except openai.APIConnectionError as err:
-            message = redact(f"connection failed: {err.__cause__ or err}", self._secret)
-            raise _Failed(CallError("connection", message)) from err
         except httpx2.HTTPError as err:  # a body cut short while reading it
             message = f"response broken off: {type(err).__name__}"
             raise _Failed(CallError("connection", message)) from err

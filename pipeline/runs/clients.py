@@ -68,6 +68,12 @@ class Models:
             limited + sum(c.limiter.rate_limited for c in self.owned),
         )
 
+    async def preflight(self) -> None:
+        """Raise UnreachableError when an endpoint of a client this run opened cannot be
+        reached (a free request to each, before the first call)."""
+        for c in self.owned:
+            await c.preflight()
+
     async def aclose(self) -> None:
         """Close the HTTP connections of the clients this run opened."""
         with anyio.CancelScope(shield=True):

@@ -30,6 +30,7 @@ from ..core.steps import Outcome, Step
 from ..errors import AuthError, BudgetReached, ConfigError, InputError, StoreError, UnavailableError
 from ..io.records import count_records, read_records
 from .clients import Models
+from .hooks import HookWatch
 from .manifest import Manifest
 from .outputs import Outputs
 from .progress import Counters, Progress
@@ -198,9 +199,12 @@ class Session:
         self.budget = Budget(self.settings.budget, prices, spent=used.cost_usd or 0.0)
         self.budget.unknown = used.cost_usd is None
         self.counters = Counters(already=len(self.outputs.finished))
+        self.counters.spent_before = self.budget.total()
         self.progress = Progress(self.counters, enabled=show_progress)
         self.live: dict[str, Any] = {}  # a driver's own live figures for progress.json
+        self.hooks = HookWatch(job, self.settings.checks)
         self._lines_seen = 0
+        self._scope: anyio.CancelScope | None = None  # the run's, once supervised
 
     def _reopen_failed(self) -> set[str]:
         """With --retry-failed: take the failed records back (their journaled steps stay)."""
@@ -214,7 +218,13 @@ class Session:
 
     def sink(self) -> CountingSink:
         """Where loops save their steps."""
-        return CountingSink(self.journal, self.counters)
+        return CountingSink(self.journal, self.counters, self.hooks, self.halt)
+
+    def halt(self, err: BaseException) -> None:
+        """Stop the run now, records in flight included (they stay pending): exit 2."""
+        self.stop.set(StopReason.FATAL, err)
+        if self._scope is not None:
+            self._scope.cancel()
 
     def take_prior(self, record_id: str) -> list[Step]:
         """The journaled steps of a record (given once: the loop owns them after)."""
@@ -308,6 +318,7 @@ class Session:
         self, models: Models, scope: anyio.CancelScope, install_signal_handlers: bool
     ) -> None:
         """Publish progress every second; with signal handlers, stop cleanly on SIGINT/SIGTERM."""
+        self._scope = scope
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.count_input)
             if install_signal_handlers:
@@ -372,15 +383,29 @@ class Rejected:
 
 
 class CountingSink:
-    """The journal, counting each saved call's tokens for live progress."""
+    """The journal, counting each saved call's tokens and hook failures for live progress;
+    a hook broken for good halts the run (``HookWatch``)."""
 
-    __slots__ = ("counters", "journal")
+    __slots__ = ("counters", "halt", "hooks", "journal")
 
-    def __init__(self, journal: Journal, counters: Counters) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        counters: Counters,
+        hooks: HookWatch,
+        halt: Callable[[BaseException], None],
+    ) -> None:
         self.journal = journal
         self.counters = counters
+        self.hooks = hooks
+        self.halt = halt
 
     async def save(self, record_id: str, index: int, step: Step) -> None:
         await self.journal.save(record_id, index, step)
         self.counters.prompt_tokens += step.usage.get("prompt_tokens", 0)
         self.counters.completion_tokens += step.usage.get("completion_tokens", 0)
+        for failure in step.hook_errors:
+            self.counters.hook_errors[str(failure.hook)] += 1
+        broken = self.hooks.saw(step)
+        if broken is not None:
+            self.halt(broken)
