@@ -26,7 +26,7 @@ from .client.prices import PriceBook, price_book
 from .core.jobs import Job
 from .core.loader import load_job
 from .core.steps import ModelClient
-from .errors import ConfigError, RunDirError, StoreError, UnreachableError
+from .errors import ConfigError, RefineError, RunDirError, StoreError
 from .io.inputs import check_input
 from .io.records import fingerprint, fixed_in_place, kept_lines, same_input
 from .runs.clients import ClientPlan, Endpoint, Models, open_client
@@ -42,7 +42,7 @@ from .runs.outputs import rejected_lines
 from .runs.realtime import Driver, run_realtime
 from .runs.restart import made_no_call, start_over
 from .runs.rundir import RunDir
-from .runs.session import EXIT, RunSummary, Session, StopReason
+from .runs.session import EXIT, RunSummary, Session, StopReason, stop_reason_of
 from .runs.settings import Settings, effective_job, resolve
 from .runs.urls import OPENAI_URL, carry_endpoints, endpoint_use, record_endpoints
 
@@ -76,10 +76,10 @@ async def _execute(
             tg.start_soon(session.supervise, models, tg.cancel_scope, install_signal_handlers)
             try:
                 await models.preflight()
-            except UnreachableError as err:
-                session.stop.set(StopReason.FATAL, err)
-            else:
                 await driver(session, models)
+            except* RefineError as group:  # once started, how a run ends is its summary's
+                err = group.exceptions[0]
+                session.stop.set(stop_reason_of(err), err)
             tg.cancel_scope.cancel()
     except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
         session.stop.set(StopReason.SIGNAL, KeyboardInterrupt("SIGINT"))

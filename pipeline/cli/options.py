@@ -4,6 +4,7 @@ converters that check option values."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 from ..client.flex import SERVICE_TIERS
@@ -24,31 +25,48 @@ _DEFAULTS = Settings()
 AUTO = "auto"  # --max-iters auto: the refinements `refine calibrate` recommended
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
+# argparse names a converter's function in its error unless it raises ArgumentTypeError
+# itself: each says what it wants, so `--max-iters abc` reads "--max-iters: ...".
+
+
+def _whole(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {least}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number >= 1."""
+    return _whole(text, 1)
 
 
 def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
+    """A whole number >= 0."""
+    return _whole(text, 0)
 
 
 def positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be > 0")
+    """A number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:  # (nan is not)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
     return value
 
 
 def _max_iters(text: str) -> int | str:
     if text == AUTO:
         return text
-    return non_negative_int(text)
+    try:
+        return non_negative_int(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err}, nor {AUTO}") from err
 
 
 def _shard(text: str) -> tuple[int, int]:

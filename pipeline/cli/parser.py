@@ -184,7 +184,20 @@ def _add_merge(sub: Any) -> None:
         "then runs the rest",
     )
 
-    sub.add_parser("jobs", help="list built-in jobs and their input fields")
+
+def _add_jobs(sub: Any) -> None:
+    """`refine jobs`."""
+    p = sub.add_parser(
+        "jobs",
+        help="list the built-in jobs and their input fields (labels marked), or check one "
+        "job and show what it holds",
+    )
+    p.add_argument(
+        "job",
+        nargs="?",
+        help="a built-in job name or a job file: loaded (so validated: an error names the "
+        "file, key and, for TOML syntax, the line) and described",
+    )
 
 
 def _add_export(sub: Any) -> None:
@@ -256,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate(sub)
     _add_cancel(sub)
     _add_merge(sub)
+    _add_jobs(sub)
     _add_export(sub)
     return parser
 

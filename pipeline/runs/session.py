@@ -90,13 +90,15 @@ class StopReason(enum.Enum):
 
 @dataclass(slots=True)
 class RunSummary:
-    """What a run did, and the exit status it maps to."""
+    """What a run did, and the exit status it maps to (``pipeline.run`` returns it however
+    a run it started ends; what stops a run from starting is raised instead)."""
 
     run_dir: Path
-    counters: Counters
-    exit_code: int = 0
-    state: str = "finished"
-    message: str | None = None
+    counters: Counters  # this invocation's figures; ``spent_usd`` is the run's in all
+    exit_code: int = 0  # the ``refine`` command's exit status (README's table)
+    state: str = "finished"  # finished, stopped, interrupted or waiting (--detach)
+    message: str | None = None  # why it stopped, or what is left to do, for people
+    error: BaseException | None = None  # the error that stopped it (None: it finished)
 
 
 @dataclass(slots=True)
@@ -348,7 +350,7 @@ class Session:
         bad = len(self.outputs.errors.keys)
         state, code, message = conclude(self.stop, failed, bad)
         self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot(), **self.live})
-        return RunSummary(self.rd.path, c, code, state, message)
+        return RunSummary(self.rd.path, c, code, state, message, self.stop.error)
 
 
 class Rejected:
