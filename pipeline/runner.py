@@ -302,8 +302,11 @@ async def arun(
 ) -> RunSummary:
     """Run (or continue) ``job`` over ``input_path`` into ``out_dir``; async form of ``run``.
 
-    ``client`` (and ``critic``) replace the OpenAI clients, and ``batch`` the Batch API
-    clients of ``--batch``, for tests and embedding.
+    What stops the run from starting (a ConfigError: the job, input, settings, run
+    directory or local model; a StoreError: the directory cannot be written) is raised;
+    once started, however the run ends is returned: the summary's exit status, message
+    and error (docs/api.md). ``client`` (and ``critic``) replace the OpenAI clients, and
+    ``batch`` the Batch API clients of ``--batch``, for tests and embedding.
     """
     job = load_job(job) if isinstance(job, str) else job
     input_path = Path(input_path)

@@ -24,7 +24,9 @@ _DEFAULTS = Settings()
 EPILOG = """exit status:
   0    every input line (of the first --limit lines) became a record and every record is done
   1    finished, but some records failed or some input lines were unreadable
-  2    bad usage or configuration (unknown job or model, RUN_DIR in use or of another run)
+  2    bad usage or configuration, found before money is spent (unknown job or model,
+       RUN_DIR in use or of another run, an endpoint that cannot be reached before any
+       call succeeded, a hook that fails on every answer)
   3    authentication failure (the endpoint refused the API key)
   4    the run directory cannot be written (disk full, read-only); resumable
   5    the endpoint stayed unavailable (5xx, 429, timeouts) longer than --max-outage,

@@ -167,7 +167,7 @@ def load_prices(path: str | Path) -> dict[str, Price]:
     for model, entry in data.items():
         where = f"--prices {path}: {model}"
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: expected {{input, output}}")
+            raise ConfigError(f"{where}: expected {{input, output[, cached_input, batch]}}")
         unknown = set(entry) - {"input", "output", "cached_input", "batch"}
         if unknown:
             raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}")
