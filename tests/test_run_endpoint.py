@@ -8,7 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline import Settings, resume, run
+from pipeline import Manifest, Settings, resume, run
+from pipeline.runs.manifest import InputInfo, JobInfo
+from pipeline.runs.urls import carry_endpoints, endpoint_use, record_endpoints
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
@@ -145,3 +147,59 @@ def test_the_critics_endpoint_is_kept_too(tmp_path: Path, no_openai_env: None) -
         assert summary.exit_code == 0, summary.message
         assert chat_calls(critic) > before
         assert {r.model for r in critic.requests} == {"sim-critic"}
+
+
+def old_run(**settings: Any) -> Manifest:
+    """A manifest of an earlier invocation with these settings."""
+    return Manifest(
+        job=JobInfo("code-improve", "h", "code-improve"),
+        input=InputInfo("/in.jsonl", {}),
+        model="m",
+        feedback_model=None,
+        base_url=None,
+        settings=Settings(**settings),
+    )
+
+
+@pytest.mark.parametrize(
+    ("asked", "old", "env", "kept"),
+    [
+        (
+            Settings(),
+            old_run(base_url=("http://a/v1", "http://b/v1")),
+            {},
+            ("http://a/v1", "http://b/v1"),
+        ),
+        (
+            Settings(),
+            old_run(base_url="http://a/v1"),
+            {"OPENAI_BASE_URL": "http://e/v1"},
+            "http://a/v1",
+        ),
+        (Settings(base_url="http://n/v1"), old_run(base_url="http://a/v1"), {}, "http://n/v1"),
+        (Settings(), None, {"OPENAI_BASE_URL": "http://e/v1"}, "http://e/v1"),
+        (Settings(), None, {}, None),  # a new run with nothing given: OpenAI, said in the log
+        (Settings(), old_run(), {"OPENAI_BASE_URL": "http://e/v1"}, None),  # it was on OpenAI
+        (Settings(local=True), old_run(base_url="http://a/v1"), {}, None),  # the embedded model
+    ],
+)
+def test_which_endpoint_an_invocation_uses(
+    asked: Settings, old: Manifest | None, env: dict[str, str], kept: object
+) -> None:
+    """--base-url wins; else the run's own (replicas too), never $OPENAI_BASE_URL; a new
+    run takes $OPENAI_BASE_URL, else OpenAI."""
+    settings, note = carry_endpoints(asked, old, env)
+    assert settings.base_url == kept
+    assert (note is not None) == (old is not None and "OPENAI_BASE_URL" in env)
+
+
+def test_the_history_grows_only_when_the_endpoint_changes() -> None:
+    """An invocation at the same endpoints adds no entry; another endpoint adds one, with
+    a note for the log."""
+    first = old_run(base_url="http://a/v1")
+    use_a = endpoint_use(("http://a/v1",), False, None, 2)
+    same, note = record_endpoints(first, first, use_a)
+    assert [e.base_url for e in same.endpoints] == [("http://a/v1",)] and note is None
+    moved, note = record_endpoints(same, same, endpoint_use(("http://u:pw@b/v1",), False, None, 3))
+    assert [e.base_url for e in moved.endpoints] == [("http://a/v1",), ("http://b/v1",)]
+    assert note is not None and "now go to http://b/v1" in note and "pw" not in note
