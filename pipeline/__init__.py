@@ -42,6 +42,7 @@ from .errors import (
     RunLocked,
     StoreError,
     UnavailableError,
+    UnreachableError,
 )
 from .runner import EXIT, RunSummary, aresume, arun, resume, run
 from .runs.manifest import Manifest
@@ -75,6 +76,7 @@ __all__ = [
     "Step",
     "StoreError",
     "UnavailableError",
+    "UnreachableError",
     "aresume",
     "arun",
     "builtin_jobs",

@@ -19,6 +19,7 @@ with ``raise ... from err``::
     ├── CallError              one model call failed for good: fails its record
     │   └── FatalCallError     the failure would hit every record: stops the run
     │       ├── AuthError      the endpoint refused the credentials (exit 3)
+    │       ├── UnreachableError  the endpoint never answered: refused, unknown host, TLS (exit 2)
     │       └── UnavailableError  the endpoint stayed down past --max-outage (exit 5)
     ├── FeedbackParseError     a feedback answer could not be parsed (a step error)
     ├── BudgetReached          the next call cannot be paid within --budget (exit 6)
@@ -145,6 +146,10 @@ class FatalCallError(CallError):
 
 class AuthError(FatalCallError):
     """The endpoint refused the API key (401/403)."""
+
+
+class UnreachableError(FatalCallError):
+    """Nothing answers at the endpoint's URL, and no call there has ever succeeded."""
 
 
 class UnavailableError(FatalCallError):

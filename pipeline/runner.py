@@ -12,6 +12,7 @@ traces.jsonl. Resume is the journal replaying its steps.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -25,20 +26,32 @@ from .client.prices import PriceBook, price_book
 from .core.jobs import Job
 from .core.loader import load_job
 from .core.steps import ModelClient
-from .errors import ConfigError, StoreError
+from .errors import ConfigError, RefineError, RunDirError, StoreError
 from .io.inputs import check_input
-from .io.records import fingerprint, same_input
+from .io.records import fingerprint, fixed_in_place, kept_lines, same_input
 from .runs.clients import ClientPlan, Endpoint, Models, open_client
-from .runs.manifest import InputInfo, JobInfo, Manifest, clean_url, refuse_different
+from .runs.manifest import (
+    InputInfo,
+    JobInfo,
+    Manifest,
+    clean_url,
+    identity_change,
+    refuse_different,
+)
+from .runs.outputs import rejected_lines
 from .runs.realtime import Driver, run_realtime
+from .runs.restart import made_no_call, start_over
 from .runs.rundir import RunDir
-from .runs.session import EXIT, RunSummary, Session, StopReason
+from .runs.session import EXIT, RunSummary, Session, StopReason, stop_reason_of
 from .runs.settings import Settings, effective_job, resolve
+from .runs.urls import OPENAI_URL, carry_endpoints, endpoint_use, record_endpoints
 
 if TYPE_CHECKING:
     from .backends.batch import BatchClients
 
 __all__ = ["EXIT", "RunSummary", "Settings", "aresume", "arun", "resume", "run"]
+
+log = logging.getLogger("refine")
 
 
 def _driver(settings: Settings) -> Driver:
@@ -61,7 +74,12 @@ async def _execute(
         async with anyio.create_task_group() as tg:
             tg.start_soon(session.journal.run)
             tg.start_soon(session.supervise, models, tg.cancel_scope, install_signal_handlers)
-            await driver(session, models)
+            try:
+                await models.preflight()
+                await driver(session, models)
+            except* RefineError as group:  # once started, how a run ends is its summary's
+                err = group.exceptions[0]
+                session.stop.set(stop_reason_of(err), err)
             tg.cancel_scope.cancel()
     except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
         session.stop.set(StopReason.SIGNAL, KeyboardInterrupt("SIGINT"))
@@ -153,35 +171,92 @@ def _check_budget(prices: PriceBook, generator: Endpoint, critic: Endpoint | Non
             raise ConfigError(
                 f"--budget needs the price of {side.model_id!r}, which is not in the "
                 "built-in table: give it with --prices FILE (JSON or TOML: model -> "
-                "{input, output} dollars per million tokens)"
+                "{input, output[, cached_input, batch]}, dollars per million tokens)"
             )
 
 
 def _begin(
     rd: RunDir,
+    old: Manifest | None,
     job: Job,
     input_path: Path,
     settings: Settings,
-    generator: Endpoint,
-    critic: Endpoint | None,
+    sides: tuple[Endpoint, Endpoint | None],
 ) -> Manifest:
-    """The manifest of this invocation, written: a new run's, or the next of the same run
-    (a different job, model, input or identity setting is refused)."""
-    old = rd.read_manifest()
+    """The manifest of this invocation, written: a new run's, or the next of the same run.
+
+    A different job, model, input or identity setting is refused, unless the run never
+    had a model call succeed: then this command starts it over. An input whose only
+    changes are at lines the run rejected (fixed in place) is the same input.
+    """
+    generator, critic = sides
     # A Parquet input's fingerprint hashes the whole file: only a new run takes it
-    # (a continued run keeps its own, checked by same_input below).
+    # (a continued run keeps its own, checked by _same_input).
     known = old.input.fingerprint if old is not None else fingerprint(input_path)
     manifest = _manifest(job, input_path, settings, generator, critic, known)
     if old is not None:
-        refuse_different(old, manifest, str(rd.path))
-        if not same_input(input_path, old.input.fingerprint):
-            raise ConfigError(
-                f"{input_path} is not the input of the run in {rd.path} "
-                f"(that was {old.input.path}; only appending records is allowed)"
+        change = identity_change(old, manifest)
+        recorded = _same_input(rd, input_path, old)
+        if (change is not None or recorded is None) and made_no_call(rd):
+            what = "another input" if change is None else f"{change[0]}={change[2]!r}"
+            log.warning(
+                "%s held a run none of whose model calls succeeded: started over with %s",
+                rd.path,
+                what,
             )
-        manifest = old.continued_by(replace(manifest, input=old.input))
+            start_over(rd)
+            fresh = InputInfo(manifest.input.path, fingerprint(input_path))
+            manifest, old = replace(manifest, input=fresh), None
+        else:
+            refuse_different(old, manifest, str(rd.path))
+            if recorded is None:
+                raise RunDirError(
+                    f"{input_path} is not the input of the run in {rd.path} (that was "
+                    f"{old.input.path}): records may be appended, and the lines in "
+                    "errors.jsonl fixed in place, nothing else changed. To start over with "
+                    f"this input, give another --out (or delete {rd.path})"
+                )
+            continued = replace(manifest, input=replace(old.input, fingerprint=recorded))
+            manifest = old.continued_by(continued)
+    use = endpoint_use(
+        generator.urls,
+        settings.local,
+        None if critic is None else settings.feedback_base_url,
+        manifest.runs,
+    )
+    manifest, note = record_endpoints(manifest, old, use)
+    if note:
+        log.warning("%s", note)
     rd.write_manifest(manifest)
     return manifest
+
+
+def _same_input(rd: RunDir, input_path: Path, old: Manifest) -> dict[str, Any] | None:
+    """The fingerprint the continued run keeps, or None when ``input_path`` is not its
+    input (records appended, or rejected lines fixed in place, are the same input)."""
+    recorded = old.input.fingerprint
+    if same_input(input_path, recorded):
+        return recorded
+    if fixed_in_place(input_path, recorded, rejected_lines(rd.errors_path)):
+        log.info("%s: lines the run rejected were changed in place: read again", input_path)
+        return fingerprint(input_path)
+    return None
+
+
+def _keep_rejected(manifest: Manifest, input_path: Path, rejected: set[int]) -> Manifest:
+    """The manifest with what lets the input's rejected lines be fixed in place, taken from
+    the input as it is now (if it is still the run's input)."""
+    recorded = manifest.input.fingerprint
+    if not rejected and "kept_sha256" not in recorded:
+        return manifest
+    try:
+        if not same_input(input_path, recorded):
+            return manifest
+        kept = {k: v for k, v in recorded.items() if k not in ("kept_lines", "kept_sha256")}
+        kept.update(kept_lines(input_path, rejected))
+    except (OSError, ConfigError):
+        return manifest  # the input is gone or changed: the next start says so
+    return replace(manifest, input=replace(manifest.input, fingerprint=kept))
 
 
 def _models(
@@ -227,8 +302,11 @@ async def arun(
 ) -> RunSummary:
     """Run (or continue) ``job`` over ``input_path`` into ``out_dir``; async form of ``run``.
 
-    ``client`` (and ``critic``) replace the OpenAI clients, and ``batch`` the Batch API
-    clients of ``--batch``, for tests and embedding.
+    What stops the run from starting (a ConfigError: the job, input, settings, run
+    directory or local model; a StoreError: the directory cannot be written) is raised;
+    once started, however the run ends is returned: the summary's exit status, message
+    and error (docs/api.md). ``client`` (and ``critic``) replace the OpenAI clients, and
+    ``batch`` the Batch API clients of ``--batch``, for tests and embedding.
     """
     job = load_job(job) if isinstance(job, str) else job
     input_path = Path(input_path)
@@ -241,6 +319,10 @@ async def arun(
     prices = price_book(settings.prices)
     rd = RunDir(Path(out_dir))
     with rd.lock():
+        old = rd.read_manifest()
+        settings, note = carry_endpoints(settings, old, os.environ)
+        if note:
+            log.warning("%s", note)
         async with _endpoints(settings, rd.path) as (generator, critic_side):
             needs_key = client is None and not settings.local and not generator.urls
             if needs_key and not api_key:
@@ -248,11 +330,15 @@ async def arun(
                     "OPENAI_API_KEY is not set (or give --base-url for a server "
                     "that needs no key, or --local)"
                 )
+            if needs_key:
+                log.info(
+                    "no --base-url or $OPENAI_BASE_URL: the calls go to OpenAI (%s)", OPENAI_URL
+                )
             if settings.budget is not None:
                 _check_budget(prices, generator, critic_side)
             if settings.workers is not None and (client is not None or critic is not None):
                 raise ConfigError("--workers opens its clients on the Ray workers: give no client")
-            manifest = _begin(rd, job, input_path, settings, generator, critic_side)
+            manifest = _begin(rd, old, job, input_path, settings, (generator, critic_side))
             session = Session(job, input_path, rd, manifest, prices, show_progress)
             models = _models(settings, api_key, session, (generator, critic_side), client, critic)
             if settings.batch:
@@ -261,6 +347,7 @@ async def arun(
                 summary = await _execute(session, models, driver, install_signal_handlers)
             finally:
                 await models.aclose()
+            manifest = _keep_rejected(manifest, input_path, session.outputs.errors.keys)
             with contextlib.suppress(StoreError):
                 rd.write_manifest(manifest.finished(summary.state, summary.exit_code))
             return summary

@@ -248,7 +248,7 @@ def test_non_tty_progress_is_plain_log_lines(tmp_path: Path) -> None:
         out = refine(*run_args(inp, str(tmp_path / "run"), sim.url, "--max-iters", "0"))
     assert out.returncode == 0
     assert "\r" not in out.stderr
-    assert "5/5 records (5 done, 0 failed" in out.stdout
+    assert "5/5 records finished; this invocation: 5 done, 0 failed" in out.stdout
 
 
 def test_console_shows_no_http_library_chatter(tmp_path: Path) -> None:
@@ -299,3 +299,37 @@ def test_strategies_and_a_selection_rule_from_the_command_line(tmp_path: Path) -
     )
     assert kinds["sample"] == 3 * 2 and kinds["answer"] == 3 * 2
     assert {o["chosen_by"] for o in read_jsonl(tmp_path / "run/outputs.jsonl")} == {"pooled"}
+
+
+def test_a_bad_number_names_its_option(tmp_path: Path) -> None:
+    """`--max-iters abc` is refused naming --max-iters and what it takes (exit 2)."""
+    out = refine("run", "code-improve", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "r"),
+                 "--max-iters", "abc")  # fmt: skip
+    assert out.returncode == 2
+    assert "argument --max-iters: 'abc' is not a whole number >= 0, nor auto" in out.stderr
+    assert "_max_iters" not in out.stderr
+
+
+def test_run_help_describes_every_price_field() -> None:
+    """`refine run --help` names every key a price file takes."""
+    out = refine("run", "--help")
+    text = " ".join(out.stdout.split())
+    assert all(key in text for key in ("input, output, cached_input, batch", "per million"))
+
+
+def test_jobs_marks_labels_and_checks_a_job_file(tmp_path: Path) -> None:
+    """`refine jobs` marks label and check-only fields; `refine jobs FILE` loads a job file
+    and describes it, or refuses it naming the file and the line."""
+    listing = refine("jobs")
+    assert listing.returncode == 0
+    assert "target? (any, label)" in listing.stdout
+    assert "test_input? (any, check)" in listing.stdout
+    one = refine("jobs", "gsm")
+    assert one.returncode == 0
+    assert "target  any, optional, label: read by the evaluator only" in one.stdout
+    assert "hooks: evaluate, check" in one.stdout and "correct (label" in one.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[input.a\n')
+    refused = refine("jobs", str(bad))
+    assert refused.returncode == 2
+    assert f"{bad}: toml:" in refused.stderr and "line 2" in refused.stderr

@@ -536,7 +536,8 @@ async def test_feedback_cut_off_is_repaired_and_resume_keeps_the_penalty() -> No
 
 @pytest.mark.anyio
 async def test_evaluator_metrics_are_kept_and_its_errors_recorded() -> None:
-    """The job's evaluator runs on each answer; an evaluator that raises is recorded."""
+    """The job's evaluator runs on each answer; one that raises is recorded on the step as a
+    hook failure naming the hook and the job, its metrics left out, and counted per record."""
 
     def evaluate(fields: Mapping[str, Any], output: str) -> Mapping[str, Any]:
         if output == "v1":
@@ -545,10 +546,12 @@ async def test_evaluator_metrics_are_kept_and_its_errors_recorded() -> None:
 
     job = dataclasses.replace(SCORED, evaluator=evaluate)
     outcome, _, _ = await run([code("v0"), feedback(4), code("v1"), feedback(10)], job=job)
-    assert [a.metrics for a in outcome.answers()] == [
-        {"chars": 2},
-        {"error": "ValueError: cannot score v1"},
-    ]
+    assert [a.metrics for a in outcome.answers()] == [{"chars": 2}, None]
+    [failure] = outcome.answers()[1].hook_errors
+    assert (
+        failure.message == f"hook evaluate of job {job.name!r} raised ValueError: cannot score v1"
+    )
+    assert outcome.output_line()["hook_errors"] == {"evaluate": 1}
     assert outcome.status == "done"
 
 

@@ -13,11 +13,10 @@ import anyio
 import orjson
 
 from ..commands import estimate as estimate_mod
+from ..commands import jobs as jobs_mod
 from ..commands import merge as merge_mod
 from ..commands import status as status_mod
 from ..commands.export import export
-from ..core.jobs import builtin_jobs
-from ..core.loader import load_job
 from ..errors import ConfigError
 from ..runner import RunSummary, aresume, arun
 from .parser import AUTO, settings_from_args
@@ -162,6 +161,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     done = export(args.run_dir, args.output, with_input=args.with_input)
     Console.print(f"{done.rows} rows written to {done.path} ({done.format})")
+    partial = done.partial()
+    if partial is not None:
+        Console.print(f"refine: {partial}", file=sys.stderr)
     if done.without_input:
         Console.print(
             f"{done.without_input} rows without input columns: their record was not found "
@@ -177,18 +179,11 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return summary.exit_code
 
 
-def _cmd_jobs(_: argparse.Namespace) -> int:
-    for name, path in builtin_jobs().items():
-        job = load_job(str(path))
-        fields = ", ".join(
-            f.name + ("" if f.required else "?") + f" ({f.type})" for f in job.inputs
-        )
-        Console.print(f"{name:<20} {fields}")
-        if job.description:
-            Console.print(f"{'':<20} {job.description}")
-        extra = ", ".join(job.kind.selections)
-        if extra:
-            Console.print(f"{'':<20} selection rules beside the default: {extra}")
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    if args.job is None:
+        Console.print(jobs_mod.listing())
+    else:
+        Console.print(jobs_mod.describe(args.job))
     return 0
 
 

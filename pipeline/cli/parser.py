@@ -24,7 +24,9 @@ _DEFAULTS = Settings()
 EPILOG = """exit status:
   0    every input line (of the first --limit lines) became a record and every record is done
   1    finished, but some records failed or some input lines were unreadable
-  2    bad usage or configuration (unknown job or model, RUN_DIR in use or of another run)
+  2    bad usage or configuration, found before money is spent (unknown job or model,
+       RUN_DIR in use or of another run, an endpoint that cannot be reached before any
+       call succeeded, a hook that fails on every answer)
   3    authentication failure (the endpoint refused the API key)
   4    the run directory cannot be written (disk full, read-only); resumable
   5    the endpoint stayed unavailable (5xx, 429, timeouts) longer than --max-outage,
@@ -184,7 +186,20 @@ def _add_merge(sub: Any) -> None:
         "then runs the rest",
     )
 
-    sub.add_parser("jobs", help="list built-in jobs and their input fields")
+
+def _add_jobs(sub: Any) -> None:
+    """`refine jobs`."""
+    p = sub.add_parser(
+        "jobs",
+        help="list the built-in jobs and their input fields (labels marked), or check one "
+        "job and show what it holds",
+    )
+    p.add_argument(
+        "job",
+        nargs="?",
+        help="a built-in job name or a job file: loaded (so validated: an error names the "
+        "file, key and, for TOML syntax, the line) and described",
+    )
 
 
 def _add_export(sub: Any) -> None:
@@ -256,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate(sub)
     _add_cancel(sub)
     _add_merge(sub)
+    _add_jobs(sub)
     _add_export(sub)
     return parser
 
@@ -300,6 +316,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         workers=getattr(args, "workers", None),
         ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
         service_tier=getattr(args, "service_tier", None),
+        context_tokens=args.context_tokens,
     )
 
 

@@ -13,6 +13,8 @@
     budget      the spending cap: reserve the worst case, then settle
     caching     the prompt cache key, dropped for an endpoint that refuses it
     flex        service tiers; the flex tier's refusals waited out as capacity
+    context     context windows: a prompt that cannot fit its model is not sent
+    reach       an endpoint that cannot be reached at all; the free pre-flight
 
 Imports only ``pipeline.core`` (the call's record types) and ``pipeline.errors``.
 """

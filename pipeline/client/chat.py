@@ -30,6 +30,7 @@ from ..errors import AuthError, CallError, FatalCallError, UnavailableError
 from .answers import error_message, http_client, read_answer, redact
 from .budget import Reservation, Spending
 from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
+from .context import overflow
 from .endpoints import Endpoint, Endpoints
 from .flex import FLEX, Capacity, flex_refused, tier_options
 from .formats import FormatLadder
@@ -43,6 +44,7 @@ from .outage import (
     Outage,
 )
 from .prices import at_batch_rate
+from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable, unreachable_error
 from .retry import (
     BACKOFF_BASE_S,
     Decision,
@@ -69,11 +71,13 @@ class _Failed(Exception):
         wait: float | None = None,
         code: str | None = None,
         param: str | None = None,
+        unreachable: str | None = None,
     ) -> None:
         self.failure = failure
         self.wait = wait
         self.code = code
         self.param = param
+        self.unreachable = unreachable  # why the endpoint cannot be reached at all, if so
         super().__init__(str(failure))
 
 
@@ -100,6 +104,7 @@ class OpenAIClient:
         clock: Callable[[], float] = time.monotonic,
         request_model: str | None = None,
         service_tier: str | None = None,
+        context_tokens: int | None = None,
     ) -> None:
         self._model = model  # the name traces, prices and the budget know it by
         self._request_model = request_model or model  # the name the server knows it by
@@ -110,6 +115,7 @@ class OpenAIClient:
         self.backoff_base = backoff_base
         self.budget = budget
         self.service_tier = service_tier  # sent as ``service_tier`` on every call when set
+        self.context_tokens = context_tokens  # the model's window: a longer prompt is not sent
         self.capacity = Capacity(max_outage, clock)  # the flex tier's refusals
         self.calls = 0
         self.retries = 0
@@ -163,6 +169,11 @@ class OpenAIClient:
         for endpoint in self.endpoints.all:
             await endpoint.conn.close()
 
+    async def preflight(self) -> None:
+        """Raise UnreachableError for an endpoint that cannot be reached (``reach.preflight``)."""
+        wait = min(self.timeout or PREFLIGHT_S, PREFLIGHT_S)
+        await preflight((e.conn for e in self.endpoints.all), wait)
+
     async def complete(
         self,
         messages: Sequence[Mapping[str, str]],
@@ -175,9 +186,14 @@ class OpenAIClient:
     ) -> Completion:
         """One chat completion, retried as the policy allows.
 
-        Raises CallError when the call fails for good, a FatalCallError subclass when the
-        run must stop, and BudgetReached when the next attempt cannot be paid for.
+        Raises CallError when the call fails for good (a prompt that cannot fit the context
+        window fails unsent), a FatalCallError subclass when the run must stop, and
+        BudgetReached when the next attempt cannot be paid for.
         """
+        if self.context_tokens is not None:
+            too_long = overflow(messages, self.context_tokens, self._model)
+            if too_long is not None:
+                raise too_long
         extra: dict[str, Any] = tier_options(self.service_tier)
         if frequency_penalty is not None:
             extra["frequency_penalty"] = frequency_penalty
@@ -244,9 +260,11 @@ class OpenAIClient:
                 if next_level is not None:  # a format probe is not a failed attempt
                     floor = next_level
                     continue
-            decision = self._decide(endpoint, error, sent_at, counted + 1)
             failure.attempts, failure.tries = len(tries), tuple(tries)
             failure.messages, failure.model = sent, self._model
+            if error.unreachable is not None and self.succeeded == 0:  # a wrong URL: stop
+                raise unreachable_error(base_url(endpoint.conn), error.unreachable) from failure
+            decision = self._decide(endpoint, error, sent_at, counted + 1)
             if decision.action == "stop" and not isinstance(failure, FatalCallError):
                 stop = endpoint.outage.unavailable(failure)
                 stop.attempts, stop.tries, stop.messages = len(tries), tuple(tries), sent
@@ -414,12 +432,20 @@ class OpenAIClient:
                 return raw
         except openai.APIStatusError as err:
             raise self._status_failure(err) from err
-        except (TimeoutError, openai.APITimeoutError) as err:
+        except openai.APIConnectionError as err:  # timeouts too: a refused connect may be one
+            why = unreachable(err)
+            if why is not None:
+                failure = CallError("connection", f"cannot reach {base_url(endpoint.conn)}: {why}")
+                raise _Failed(failure, unreachable=why) from err
+            broke = os_error(err)
+            if broke is None and isinstance(err, openai.APITimeoutError):
+                failure = CallError("timeout", f"no answer within {self.timeout:g} s")
+                raise _Failed(failure) from err
+            message = redact(f"connection failed: {broke or err.__cause__ or err}", self._secret)
+            raise _Failed(CallError("connection", message)) from err
+        except TimeoutError as err:
             failure = CallError("timeout", f"no answer within {self.timeout:g} s")
             raise _Failed(failure) from err
-        except openai.APIConnectionError as err:
-            message = redact(f"connection failed: {err.__cause__ or err}", self._secret)
-            raise _Failed(CallError("connection", message)) from err
         except httpx2.HTTPError as err:  # a body cut short while reading it
             message = f"response broken off: {type(err).__name__}"
             raise _Failed(CallError("connection", message)) from err

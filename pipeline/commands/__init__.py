@@ -4,6 +4,8 @@
 
     status      done/failed/pending, calls, tokens (cached among them), cost, batches
     estimate    calls, tokens, the cached share and dollars of a run, before it spends
+    fit         the records whose prompt cannot fit the model's context window
+    jobs        refine jobs: the built-in jobs listed, or one job checked and described
     calibrate   does refinement pay? a labelled sample's flips, rates, a recommendation
     export      outputs (and input columns) as Parquet, CSV or JSONL
     columns     output fields as typed columns, for export

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from ..errors import JobError
+from .hooks import signature_problem
 from .jobs import FIELD_TYPES, FIELD_USES, InputField, Job, builtin_jobs
 from .jobs import placeholders as _placeholders
 from .kinds import BUILTIN_KINDS, AnswerKind
@@ -306,6 +307,9 @@ def _hook(r: _Reader, module: ModuleType | None, name: str) -> Any:
     hook = getattr(module, name, None)
     if hook is not None and not callable(hook):
         raise r.fail("hooks.file", f"{name} must be a function")
+    problem = None if hook is None else signature_problem(hook)
+    if problem is not None:
+        raise r.fail("hooks.file", f"{name} {problem}")
     return hook
 
 

@@ -22,6 +22,7 @@ from ..errors import CallError, FatalCallError, FeedbackParseError
 from .choice import choose, score_of, summed_score
 from .drafts import answer_of, answers, drafts, feedback_on
 from .feedback import parse_feedback
+from .hooks import Judged, judge
 from .jobs import Job
 from .prompts import build_messages
 from .records import Record
@@ -211,32 +212,15 @@ def _reaches_the_end(text: str, output: str) -> bool:
     return not lines or text.rstrip().endswith(lines[-1].rstrip())
 
 
-def _evaluate_sync(
-    job: Job, record: Record, output: str, checks: bool
-) -> tuple[dict[str, Any] | None, list[str] | None]:
-    metrics: dict[str, Any] | None = None
-    found: list[str] | None = None
-    if job.evaluator is not None:
-        try:  # the evaluator measures: it may read labels
-            metrics = dict(job.evaluator(record.fields, output))
-        except Exception as err:  # a broken evaluator is recorded, never a crash
-            metrics = {"error": f"{type(err).__name__}: {err}"}
-    if checks and job.checker is not None:
-        try:  # checks steer the loop: they never see a label
-            found = [str(f) for f in job.checker(job.shown_fields(record.fields), output)]
-        except Exception as err:  # a broken check is recorded, and passes
-            metrics = {**(metrics or {}), "check_error": f"{type(err).__name__}: {err}"}
-            found = []
-    return metrics, found
-
-
-async def _evaluate(
-    job: Job, record: Record, output: str, checks: bool
-) -> tuple[dict[str, Any] | None, list[str] | None]:
-    if job.evaluator is None and (job.checker is None or not checks):
-        return None, None
+async def _evaluate(job: Job, record: Record, output: str, checks: bool) -> Judged:
+    checker = job.checker if checks else None
+    if job.evaluator is None and checker is None:
+        return Judged()
+    shown = job.shown_fields(record.fields)
     # Evaluators and checks may run a subprocess: keep the event loop free.
-    return await anyio.to_thread.run_sync(_evaluate_sync, job, record, output, checks)
+    return await anyio.to_thread.run_sync(
+        judge, job.name, job.evaluator, checker, record.fields, shown, output
+    )
 
 
 def _usage(comp: Completion) -> dict[str, int]:
@@ -317,7 +301,8 @@ async def make_step(
         return Step(call.role, parsed=None, output=output, error=copy, **common)
     if cut_inside:
         output = job.kind.cut(output)
-    metrics, found = await _evaluate(job, record, output, checks)
+    judged = await _evaluate(job, record, output, checks)
+    metrics, found = judged.metrics, judged.findings
     if checks and cut_inside:
         found = [*(found or []), CUT_OFF]  # a verified problem: the refinement shortens it
     if job.select in job.kind.selections:
@@ -330,7 +315,14 @@ async def make_step(
             metrics = {**(metrics or {}), rule.name: measured}
     error = _cut_error(False, "answer") if cut else None
     return Step(
-        call.role, parsed=None, output=output, metrics=metrics, checks=found, error=error, **common
+        call.role,
+        parsed=None,
+        output=output,
+        metrics=metrics,
+        checks=found,
+        error=error,
+        hook_errors=judged.failures,
+        **common,
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from .hooks import HookFailure
 from .records import Record
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "StepSink",
     "Superseded",
     "Try",
+    "hook_errors_of",
     "usage_of",
 ]
 
@@ -136,6 +138,7 @@ class Step:
     batch_id: str | None = None  # the Batch API batch that carried the call
     kind: Kind | None = None  # None: the method's own (ANSWER, or FEEDBACK for a critic call)
     service_tier: str | None = None  # the tier that served the call, where the provider says
+    hook_errors: tuple[HookFailure, ...] = ()  # the job's hooks that failed on this answer
 
     def __post_init__(self) -> None:
         if self.kind is None:
@@ -180,6 +183,7 @@ class Step:
             "output": self.output,
             "metrics": self.metrics,
             "checks": self.checks,
+            "hook_errors": [f.to_json() for f in self.hook_errors] or None,
         }
         d.update((k, v) for k, v in optional.items() if v is not None)
         return d
@@ -207,6 +211,7 @@ class Step:
             batch_id=d.get("batch_id"),
             kind=Kind(kind) if isinstance(kind, str) and kind in known else None,
             service_tier=d.get("service_tier"),
+            hook_errors=tuple(HookFailure.from_json(f) for f in d.get("hook_errors") or ()),
         )
 
 
@@ -214,6 +219,15 @@ class StepSink(Protocol):
     """Where each completed step goes before the loop moves on (the checkpoint store)."""
 
     async def save(self, record_id: str, index: int, step: Step) -> None: ...
+
+
+def hook_errors_of(steps: Sequence[Step]) -> dict[str, int]:
+    """How many answers each hook failed on, over steps (only hooks that failed)."""
+    counts: dict[str, int] = {}
+    for step in steps:
+        for failure in step.hook_errors:
+            counts[str(failure.hook)] = counts.get(str(failure.hook), 0) + 1
+    return counts
 
 
 def usage_of(steps: Sequence[Step]) -> dict[str, int]:
@@ -274,6 +288,9 @@ class Outcome:
             "cost_usd": cost_usd,
             "error": self.error,
         }
+        hooks = hook_errors_of(self.steps)
+        if hooks:
+            line["hook_errors"] = hooks
         if self.tests is not None:
             line["tests"] = self.tests
         if self.chosen_by != "default":

@@ -4,6 +4,8 @@
 
     settings    Settings: how a run proceeds (flags), resolved; the job as they change it
     manifest    what a run directory holds a run of, and which invocations continue it
+    urls        where a run's calls go: its endpoints, kept between invocations
+    restart     a run with no successful call, started over by a corrected command
     rundir      the run directory's files, lock and progress snapshot
     store       the checkpoint journal: the source of truth for resume
     outputs     outputs.jsonl, traces.jsonl, errors.jsonl
@@ -12,6 +14,7 @@
     shards      --shard I/N
     clients     where each side of the loop is served; the clients a run opened
     session     Session: one invocation (files, counters, budget, stop state, records)
+    hooks       the watch on a job's hooks: failures counted, a broken hook stops the run
     pool        up to --concurrency tasks in flight from a bounded stream
     realtime    the real-time driver, and the Driver type every backend implements
 

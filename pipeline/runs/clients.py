@@ -14,6 +14,7 @@ import anyio
 
 from ..client.budget import Spending
 from ..client.chat import OpenAIClient
+from ..client.context import context_window
 from ..client.limits import Limiter, RateLimiter
 from ..core.steps import ModelClient
 from .settings import Settings
@@ -67,6 +68,12 @@ class Models:
             limited + sum(c.limiter.rate_limited for c in self.owned),
         )
 
+    async def preflight(self) -> None:
+        """Raise UnreachableError when an endpoint of a client this run opened cannot be
+        reached (a free request to each, before the first call)."""
+        for c in self.owned:
+            await c.preflight()
+
     async def aclose(self) -> None:
         """Close the HTTP connections of the clients this run opened."""
         with anyio.CancelScope(shield=True):
@@ -87,6 +94,12 @@ class Endpoint:
     slots: int | None  # requests the server computes at once (a local server), else None
     provenance: dict[str, Any] | None = None  # a local model's file, SHA-256 and origin
     grammar: bool = False  # a grammar enforces the schema, unseen by the model (a local server)
+    context: int | None = None  # tokens a call may hold, where the server says (a local slot)
+
+    def window(self, settings: Settings) -> int | None:
+        """The context window a call to this side must fit: --context-tokens, else the
+        server's, else the known model's (None: unknown, nothing refused)."""
+        return settings.context_tokens or self.context or context_window(self.model_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,4 +134,5 @@ def open_client(
         budget=budget,
         # The embedded model has no tiers: its calls are free and it is not asked for one.
         service_tier=None if endpoint.model_id.startswith("local:") else settings.service_tier,
+        context_tokens=endpoint.window(settings),
     )

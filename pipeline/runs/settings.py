@@ -7,7 +7,6 @@ a resumed run proceeds exactly as the first one did.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,13 +69,16 @@ class Settings:
     workers: int | None = None  # run on Ray with this many worker actors
     ray_address: str | None = None  # join this Ray cluster (else $RAY_ADDRESS, else a local one)
     service_tier: str | None = None  # sent as ``service_tier`` (None: not sent); flex: batch rate
+    context_tokens: int | None = None  # the models' context window (None: known models' own)
 
     def base_urls(self) -> tuple[str, ...]:
-        """The generator's endpoints: ``base_url`` (one or several), else ``$OPENAI_BASE_URL``."""
+        """The generator's endpoints: ``base_url``, one or several (none: OpenAI's).
+
+        ``$OPENAI_BASE_URL`` is read once, when a run starts (``runs.urls``), and recorded.
+        """
         if isinstance(self.base_url, tuple):
             return self.base_url
-        url = self.base_url or os.environ.get("OPENAI_BASE_URL")
-        return (url,) if url else ()
+        return (self.base_url,) if self.base_url else ()
 
     @property
     def critic_is_local(self) -> bool:
@@ -133,6 +135,8 @@ def resolve(settings: Settings, job_max_iters: int) -> Settings:
             problems.append("--shard must be I/N with 0 <= I < N")
     if settings.poll <= 0:
         problems.append("--poll must be > 0 seconds")
+    if settings.context_tokens is not None and settings.context_tokens < 1:
+        problems.append("--context-tokens must be >= 1")
     if settings.service_tier is not None and settings.service_tier not in SERVICE_TIERS:
         problems.append(f"--service-tier must be one of {', '.join(SERVICE_TIERS)}")
     if problems:

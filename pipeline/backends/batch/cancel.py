@@ -20,6 +20,7 @@ import anyio
 
 from ...errors import CallError, FatalCallError, RunLocked
 from ...runs.rundir import RunDir
+from ...runs.urls import run_urls
 from .api import (
     BatchAPI,
     BatchClients,
@@ -51,7 +52,7 @@ async def acancel(
     with _locked(rd):
         ledger = Ledger(rd.batches_path, fsync=settings.fsync, warn=log.warning)
         if clients is None:
-            urls = settings.base_urls()
+            urls = run_urls(manifest)
             url = urls[0] if urls else None
             critic = None
             if manifest.feedback_model is not None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from ...client.context import context_window, overflow
 from ...client.limits import estimate_tokens
 from ...core.loop import Call, call_failed
 from ...errors import BatchFailed, BudgetReached, CallError, FatalCallError
@@ -44,6 +45,13 @@ class _Sending(_Base):
                 continue
             level = max(self.formats.level, held.level)
             sent, extra = self.formats.request(call.messages, call.schema, level)
+            window = self.settings.context_tokens or context_window(side.model)
+            too_long = None if window is None else overflow(sent, window, side.model)
+            if too_long is not None:  # fails unsent, as a real-time call would
+                self._finish(
+                    held, call_failed(self.session.job, held.record, held.steps, call, too_long)
+                )
+                continue
             if held.reservation is None and not self._reserve(held, side, sent, call):
                 blocked += 1
                 continue

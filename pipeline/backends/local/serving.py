@@ -32,6 +32,7 @@ async def serve(name: str | None, run_dir: Path, concurrency: int) -> AsyncItera
             server.parallel,
             model.provenance(),
             server.grammar,
+            server.slot_ctx,
         )
     finally:
         with anyio.CancelScope(shield=True):
