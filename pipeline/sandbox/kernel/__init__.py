@@ -41,7 +41,10 @@ _SYSTEM = (
 _PR_SET_NO_NEW_PRIVS = 38
 
 
-def _limit(kind: int, soft: int, hard: int) -> None:
+def _limit(name: str, soft: int, hard: int) -> None:
+    kind = getattr(resource, name, None)
+    if kind is None:  # not on this system (RLIMIT_MSGQUEUE is Linux's)
+        return
     ceiling = resource.getrlimit(kind)[1]
     if ceiling != resource.RLIM_INFINITY:  # never ask for more than we may have
         soft, hard = min(soft, ceiling), min(hard, ceiling)
@@ -49,13 +52,13 @@ def _limit(kind: int, soft: int, hard: int) -> None:
 
 
 def _limits(memory: int, cpu: int) -> str:
-    _limit(resource.RLIMIT_AS, memory, memory)
-    _limit(resource.RLIMIT_CPU, cpu, cpu + 1)
-    _limit(resource.RLIMIT_FSIZE, 0, 0)  # no file grows: not even one the program may open
-    _limit(resource.RLIMIT_CORE, 0, 0)
-    _limit(resource.RLIMIT_NOFILE, OPEN_FILES, OPEN_FILES)
-    _limit(resource.RLIMIT_MEMLOCK, 0, 0)
-    _limit(resource.RLIMIT_MSGQUEUE, 0, 0)
+    _limit("RLIMIT_AS", memory, memory)
+    _limit("RLIMIT_CPU", cpu, cpu + 1)
+    _limit("RLIMIT_FSIZE", 0, 0)  # no file grows: not even one the program may open
+    _limit("RLIMIT_CORE", 0, 0)
+    _limit("RLIMIT_NOFILE", OPEN_FILES, OPEN_FILES)
+    _limit("RLIMIT_MEMLOCK", 0, 0)
+    _limit("RLIMIT_MSGQUEUE", 0, 0)
     return f"memory {memory >> 20} MiB, CPU {cpu} s, file size 0, {OPEN_FILES} open files"
 
 
@@ -86,7 +89,7 @@ def confine(memory: int, cpu: int, layers: Collection[str]) -> dict[str, Any]:
             missing["privileges"] = str(err)
     # Counted per real user: only a user id of its own makes it this program's count.
     tasks = MAX_THREADS + 1 if private else 0
-    _limit(resource.RLIMIT_NPROC, tasks, tasks)
+    _limit("RLIMIT_NPROC", tasks, tasks)
     if "landlock" in wanted or "seccomp" in wanted:
         try:
             prctl(_PR_SET_NO_NEW_PRIVS, 1)
