@@ -43,17 +43,31 @@ def refused(result: SandboxResult, *, by_kernel: bool) -> None:
     assert SECRET not in text
 
 
+def _private(uid: int) -> bool:
+    return PRIVATE_BASE <= uid < PRIVATE_BASE + (1 << 22)
+
+
 def private_processes() -> list[int]:
-    """Processes running under a sandbox child's own user id (none once runs are over)."""
-    found = []
+    """Processes a sandbox child left behind: under a child's own user id, and orphaned
+    (adopted by init) or started by such a process. A child still running for another
+    process's run has that process as its parent, and is not counted."""
+    owners: dict[int, tuple[int, int]] = {}  # pid -> (real uid, parent pid)
     for entry in Path("/proc").iterdir():
-        try:
-            uid = entry.stat().st_uid
-        except OSError:
+        if not entry.name.isdigit():
             continue
-        if entry.name.isdigit() and PRIVATE_BASE <= uid < PRIVATE_BASE + (1 << 22):
-            found.append(int(entry.name))
-    return found
+        try:
+            status = dict(
+                line.split(":", 1) for line in (entry / "status").read_text().splitlines()
+            )
+            uid, ppid = int(status["Uid"].split()[0]), int(status["PPid"])
+        except (OSError, ValueError, KeyError):
+            continue
+        owners[int(entry.name)] = (uid, ppid)
+    return sorted(
+        pid
+        for pid, (uid, ppid) in owners.items()
+        if _private(uid) and (ppid == 1 or _private(owners.get(ppid, (0, 0))[0]))
+    )
 
 
 @pytest.fixture

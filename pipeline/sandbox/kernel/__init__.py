@@ -87,9 +87,6 @@ def confine(memory: int, cpu: int, layers: Collection[str]) -> dict[str, Any]:
             applied["privileges"], private = privileges.drop(".", own, machine)
         except OSError as err:
             missing["privileges"] = str(err)
-    # Counted per real user: only a user id of its own makes it this program's count.
-    tasks = MAX_THREADS + 1 if private else 0
-    _limit("RLIMIT_NPROC", tasks, tasks)
     if "landlock" in wanted or "seccomp" in wanted:
         try:
             prctl(_PR_SET_NO_NEW_PRIVS, 1)
@@ -116,4 +113,8 @@ def confine(memory: int, cpu: int, layers: Collection[str]) -> dict[str, Any]:
             applied["seccomp"] = f"{len(prog)} instructions for {machine}; {threads}"
         except (LookupError, OSError) as err:
             missing["seccomp"] = str(err)
+    # Counted per real user: only a user id of its own makes it this program's count. Its
+    # threads, where the filter keeps clone to threads; else itself alone (no fork).
+    tasks = (MAX_THREADS + 1 if "seccomp" in applied else 1) if private else 0
+    _limit("RLIMIT_NPROC", tasks, tasks)
     return report
