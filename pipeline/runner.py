@@ -256,7 +256,8 @@ async def arun(
     settings = resolve(settings or Settings(), job.max_iters)
     job = effective_job(job, settings)
     driver = _driver(settings)
-    isolation = _isolation(job, settings)  # before a local server starts or a call is made
+    # before a local server starts or a call is made (a child runs: off the event loop)
+    isolation = await anyio.to_thread.run_sync(_isolation, job, settings)
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY")
     prices = price_book(settings.prices)

@@ -62,7 +62,6 @@ def _main():
     result_fd, layers = int(result_fd), layers.split(",")
     import _signal
     _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)  # a write past the limit fails, not kills
-    sys.dont_write_bytecode = True
     with open("program.py", encoding="utf-8") as fh:
         source = fh.read()
     sys.argv = ["program.py"]
@@ -79,6 +78,8 @@ def _main():
         del sys.path[0]
         for name in [n for n in sys.modules if n.partition(".")[0] in SHED]:
             del sys.modules[name]
+    # Only now: the first child caches the confinement code's bytecode for the next ones.
+    sys.dont_write_bytecode = True
     if strict == "1" and confinement["missing"]:
         why = "; ".join(f"{k}: {v}" for k, v in confinement["missing"].items())
         error = "sandbox: not run without kernel isolation (" + why + ")"

@@ -153,27 +153,26 @@ class _Session:
 
     async def serve(self, started: anyio.Event) -> None:
         """Hold the task group the records run in, until the process ends."""
-        # programs run in the run's sandbox mode (a task's context is its own)
-        with use_mode(self.sandbox):
-            async with anyio.create_task_group() as tg:
-                self.task_group = tg
-                started.set()
-                await anyio.sleep_forever()
+        async with anyio.create_task_group() as tg:
+            self.task_group = tg
+            started.set()
+            await anyio.sleep_forever()
 
     async def run(self, a: Assignment) -> None:
         """Run one record's loop and report how it ended."""
         rid = a.record.id
         self.known[rid] = len(a.prior)
         try:
-            outcome = await refine_record(
-                a.record,
-                self.job,
-                self.generator,
-                _AckSink(self),
-                self.policy,
-                critic=self.critic,
-                prior=a.prior,
-            )
+            with use_mode(self.sandbox):  # this record's task, and the threads its hooks run in
+                outcome = await refine_record(
+                    a.record,
+                    self.job,
+                    self.generator,
+                    _AckSink(self),
+                    self.policy,
+                    critic=self.critic,
+                    prior=a.prior,
+                )
         except (FatalCallError, BudgetReached) as err:
             self.emit(Halted(rid, WireError.of(err)))
         except _Stopping:

@@ -67,18 +67,19 @@ def confine(memory: int, cpu: int, layers: Collection[str]) -> dict[str, Any]:
     ``KERNEL_LAYERS``) the kernel offers. Returns the report: ``applied`` (layer -> what
     is in force), ``missing`` (layer -> why not) and ``landlock_abi``.
     """
+    wanted = [layer for layer in KERNEL_LAYERS if layer in layers]
+    linux = sys.platform == "linux"
+    if wanted and linux:  # imported before the file-size limit, so their bytecode is cached
+        from . import landlock, privileges, seccomp
+        from .libc import prctl
     applied: dict[str, str] = {"limits": _limits(memory, cpu)}
     missing: dict[str, str] = {}
     report: dict[str, Any] = {"applied": applied, "missing": missing, "landlock_abi": 0}
-    wanted = [layer for layer in KERNEL_LAYERS if layer in layers]
     if not wanted:
         return report
-    if sys.platform != "linux":
+    if not linux:
         missing.update((layer, f"not available on {sys.platform}") for layer in wanted)
         return report
-    from . import landlock, privileges, seccomp
-    from .libc import prctl
-
     machine = os.uname().machine
     own = [p for p in sys.path if p]  # the standard library, as this interpreter finds it
     private = False
