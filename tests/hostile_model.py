@@ -16,10 +16,12 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
+
+from tests.chat_server import serve_chat
 
 # What the attackers of issue 63 did: walk up to the bootstrap's frame and take the teeth
 # out of its audit hook: empty what it closes over, and give it a body that refuses nothing.
@@ -206,7 +208,7 @@ class HostileModel:
     programs: Mapping[str, str]
     values: dict[str, object]
     bodies: list[dict[str, Any]] = field(default_factory=list)
-    strays: list[str] = field(default_factory=list)  # requests that were not chat completions
+    strays: list[str] = field(default_factory=list)  # every request but a chat completion
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answer(self, body: dict[str, Any]) -> str:
@@ -226,58 +228,6 @@ class HostileModel:
     @contextmanager
     def serve(self) -> Iterator[str]:
         """Run on 127.0.0.1 in a thread; yields the base URL."""
-        model = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                if not self.path.endswith("/chat/completions"):
-                    model.strays.append(self.path)
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                body = orjson.loads(raw)
-                text = model.answer(body)
-                reply = orjson.dumps(
-                    {
-                        "id": "chatcmpl-hostile",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body.get("model"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": text},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": 100,
-                            "completion_tokens": 40,
-                            "total_tokens": 140,
-                        },
-                    }
-                )
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # quiet
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        self.values["port"] = server.server_address[1]
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-        finally:
-            server.shutdown()
-            server.server_close()
+        with serve_chat(self.answer, self.strays) as url:
+            self.values["port"] = urlsplit(url).port
+            yield url

@@ -98,49 +98,48 @@ def outcome(run: Path) -> dict[str, Mapping[str, Any]]:
     return {str(o["id"]): o for o in read_jsonl(run / "outputs.jsonl")}  # type: ignore[misc]
 
 
-def test_hostile_gsm_programs_escape_nothing(tmp_path: Path, home: Path) -> None:
-    """Every escape the gsm job's programs try fails; each record ends done or failed with
-    a finding, the run exits 0 or 1, and the record beside them is right."""
-    names = [*GSM_ATTACKS, "benign"]
-    inp = write_jsonl(tmp_path / "input.jsonl", records(names, "input", target=True))
+def hostile_run(
+    tmp_path: Path, home: Path, job: str, programs: Mapping[str, str], field: str
+) -> dict[str, Mapping[str, Any]]:
+    """`refine run JOB` over one record per program against a model answering with it: each
+    record's output line. Checks the run exits 0 or 1, no record is lost and nothing
+    escaped."""
+    inp = write_jsonl(tmp_path / "input.jsonl", records(list(programs), field, job == "gsm"))
     run, marker = tmp_path / "run", tmp_path / "survived"
     values: dict[str, object] = {"home": home, "input": inp, "run": run, "marker": marker}
-    model = HostileModel({**GSM_ATTACKS, "benign": GSM_BENIGN}, values)
+    model = HostileModel(programs, values)
     with model.serve() as url:
-        args = ["run", "gsm", str(inp), "--out", str(run), "--base-url", url, "--model", "m"]
+        args = ["run", job, str(inp), "--out", str(run), "--base-url", url, "--model", "m"]
         done = refine([*args, "--max-iters", "1", "--concurrency", "8", "--quiet"], home)
     assert done.returncode in (0, 1), done.stderr[-3000:]
     outputs = outcome(run)
-    assert sorted(outputs) == sorted(names)
+    assert sorted(outputs) == sorted(programs)  # no record lost
     assert {o["status"] for o in outputs.values()} <= {"done", "failed"}
+    assert_nothing_escaped(run, model, marker)
+    return outputs
+
+
+def test_hostile_gsm_programs_escape_nothing(tmp_path: Path, home: Path) -> None:
+    """Every escape the gsm job's programs try fails; each record ends done or failed with
+    a finding, the run exits 0 or 1, and the record beside them is right."""
+    programs = {**GSM_ATTACKS, "benign": GSM_BENIGN}
+    outputs = hostile_run(tmp_path, home, "gsm", programs, "input")
     assert outputs["benign"]["status"] == "done"
     assert outputs["benign"]["metrics"]["correct"] is True
     for name in ("home-key", "parent-environ", "input-file", "run-directory", "spawn"):
         assert "Permission" in str(outputs[name]["metrics"]), name  # a clear finding
-    assert_nothing_escaped(run, model, marker)
-    manifest = orjson.loads((run / "manifest.json").read_bytes())
+    manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
     assert manifest["sandbox"]["mode"] == "strict" and manifest["sandbox"]["missing"] == {}
 
 
 def test_hostile_code_programs_escape_nothing(tmp_path: Path, home: Path) -> None:
     """A code job's tests that read secrets fail without them; the clean answer beside
     them passes its tests."""
-    names = [*CODE_ATTACKS, "benign"]
-    inp = write_jsonl(tmp_path / "input.jsonl", records(names, "task", target=False))
-    run, marker = tmp_path / "run", tmp_path / "survived"
-    values: dict[str, object] = {"home": home, "input": inp, "run": run, "marker": marker}
-    model = HostileModel({**CODE_ATTACKS, "benign": CODE_BENIGN}, values)
-    with model.serve() as url:
-        args = ["run", "code-improve", str(inp), "--out", str(run), "--base-url", url]
-        done = refine([*args, "--model", "m", "--max-iters", "1", "--quiet"], home)
-    assert done.returncode in (0, 1), done.stderr[-3000:]
-    outputs = outcome(run)
-    assert sorted(outputs) == sorted(names)
-    assert {o["status"] for o in outputs.values()} <= {"done", "failed"}
+    programs = {**CODE_ATTACKS, "benign": CODE_BENIGN}
+    outputs = hostile_run(tmp_path, home, "code-improve", programs, "task")
     assert outputs["benign"]["metrics"]["tests_passed"] == 2
     for name in CODE_ATTACKS:
         assert outputs[name]["metrics"]["tests_passed"] == 1, name  # the reading test failed
-    assert_nothing_escaped(run, model, marker)
 
 
 def test_a_missing_layer_stops_the_run_before_any_call(tmp_path: Path, home: Path) -> None:
