@@ -14,7 +14,7 @@ The package in layers; each imports only the layers below it (docs/architecture.
                 endpoints, prices, budget
     core        the Self-Refine fold, job-agnostic: records, steps, jobs, kinds of
                 answer, strategies, prompts, feedback, choice, the loop   (bottom)
-    sandbox     running untrusted Python under limits: a toolkit for job hooks
+    sandbox     model-written Python in a child the kernel confines (Landlock, seccomp)
     errors      the one error tree
     testing     the OpenAI-compatible simulator used by tests and benchmarks
 
@@ -40,6 +40,7 @@ from .errors import (
     RefineError,
     RunDirError,
     RunLocked,
+    SandboxError,
     StoreError,
     UnavailableError,
     UnreachableError,
@@ -48,6 +49,7 @@ from .runner import EXIT, RunSummary, aresume, arun, resume, run
 from .runs.manifest import Manifest
 from .runs.rundir import RunDir
 from .runs.settings import Settings
+from .sandbox import SandboxMode
 
 __all__ = [
     "EXIT",
@@ -72,6 +74,8 @@ __all__ = [
     "RunDirError",
     "RunLocked",
     "RunSummary",
+    "SandboxError",
+    "SandboxMode",
     "Settings",
     "Step",
     "StoreError",

@@ -45,6 +45,7 @@ from .runs.rundir import RunDir
 from .runs.session import EXIT, RunSummary, Session, StopReason, stop_reason_of
 from .runs.settings import Settings, effective_job, resolve
 from .runs.urls import OPENAI_URL, carry_endpoints, endpoint_use, record_endpoints
+from .sandbox import Isolation, SandboxMode, require_isolation, use_mode
 
 if TYPE_CHECKING:
     from .backends.batch import BatchClients
@@ -87,6 +88,19 @@ async def _execute(
     finally:
         summary = session.close(models)
     return summary
+
+
+def _isolation(job: Job, settings: Settings) -> Isolation | None:
+    """For a job that runs programs: the isolation they get here, said in the log (raises
+    SandboxError in strict mode when a kernel layer is missing)."""
+    if not job.runs_programs:
+        return None
+    isolation = require_isolation(settings.sandbox)
+    if isolation.missing:
+        log.warning("sandbox: %s", isolation.describe())
+    else:
+        log.info("sandbox: %s", isolation.describe())
+    return isolation
 
 
 def _resolve_endpoint(settings: Settings) -> Endpoint:
@@ -182,6 +196,7 @@ def _begin(
     input_path: Path,
     settings: Settings,
     sides: tuple[Endpoint, Endpoint | None],
+    isolation: Isolation | None,
 ) -> Manifest:
     """The manifest of this invocation, written: a new run's, or the next of the same run.
 
@@ -194,6 +209,8 @@ def _begin(
     # (a continued run keeps its own, checked by _same_input).
     known = old.input.fingerprint if old is not None else fingerprint(input_path)
     manifest = _manifest(job, input_path, settings, generator, critic, known)
+    if isolation is not None:
+        manifest = replace(manifest, sandbox=isolation.as_json())
     if old is not None:
         change = identity_change(old, manifest)
         recorded = _same_input(rd, input_path, old)
@@ -314,6 +331,8 @@ async def arun(
     settings = resolve(settings or Settings(), job.max_iters)
     job = effective_job(job, settings)
     driver = _driver(settings)
+    # before a local server starts or a call is made (a child runs: off the event loop)
+    isolation = await anyio.to_thread.run_sync(_isolation, job, settings)
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY")
     prices = price_book(settings.prices)
@@ -338,13 +357,16 @@ async def arun(
                 _check_budget(prices, generator, critic_side)
             if settings.workers is not None and (client is not None or critic is not None):
                 raise ConfigError("--workers opens its clients on the Ray workers: give no client")
-            manifest = _begin(rd, old, job, input_path, settings, (generator, critic_side))
+            manifest = _begin(
+                rd, old, job, input_path, settings, (generator, critic_side), isolation
+            )
             session = Session(job, input_path, rd, manifest, prices, show_progress)
             models = _models(settings, api_key, session, (generator, critic_side), client, critic)
             if settings.batch:
                 models.batch = batch or _batch_clients(settings, api_key, generator, critic_side)
             try:
-                summary = await _execute(session, models, driver, install_signal_handlers)
+                with use_mode(settings.sandbox):
+                    summary = await _execute(session, models, driver, install_signal_handlers)
             finally:
                 await models.aclose()
             manifest = _keep_rejected(manifest, input_path, session.outputs.errors.keys)
@@ -364,14 +386,17 @@ def run(
     return anyio.run(lambda: arun(job, input_path, out_dir, settings, **kwargs))
 
 
-def resume_args(run_dir: str | Path) -> tuple[str, Path, Settings]:
+def resume_args(
+    run_dir: str | Path, sandbox: SandboxMode = SandboxMode.STRICT
+) -> tuple[str, Path, Settings]:
     """The job, input and settings to continue the run in ``run_dir`` with.
 
     A run started on the default local model goes on with the model it started with,
     should the default have changed since (the manifest records it as ``local:NAME``).
+    Weaker isolation is never inherited: ``sandbox`` is this invocation's.
     """
     manifest = RunDir(Path(run_dir)).require_manifest()
-    settings = manifest.settings
+    settings = replace(manifest.settings, sandbox=sandbox)
     if settings.local and settings.local_model is None and manifest.model.startswith("local:"):
         settings = replace(settings, local_model=manifest.model.removeprefix("local:"))
     started = manifest.feedback_model or ""
@@ -384,12 +409,17 @@ def resume_args(run_dir: str | Path) -> tuple[str, Path, Settings]:
     return manifest.job.source, Path(manifest.input.path), settings
 
 
-async def aresume(run_dir: str | Path, **kwargs: Any) -> RunSummary:
-    """Continue the run in ``run_dir`` with the settings its manifest records (async)."""
-    job, input_path, settings = resume_args(run_dir)
+async def aresume(
+    run_dir: str | Path, *, sandbox: SandboxMode = SandboxMode.STRICT, **kwargs: Any
+) -> RunSummary:
+    """Continue the run in ``run_dir`` with the settings its manifest records (async);
+    programs run in ``sandbox`` mode, whatever the earlier invocations had."""
+    job, input_path, settings = resume_args(run_dir, sandbox)
     return await arun(job, input_path, run_dir, settings, **kwargs)
 
 
-def resume(run_dir: str | Path, **kwargs: Any) -> RunSummary:
+def resume(
+    run_dir: str | Path, *, sandbox: SandboxMode = SandboxMode.STRICT, **kwargs: Any
+) -> RunSummary:
     """Continue the run in ``run_dir`` with the settings its manifest records."""
-    return anyio.run(lambda: aresume(run_dir, **kwargs))
+    return anyio.run(lambda: aresume(run_dir, sandbox=sandbox, **kwargs))

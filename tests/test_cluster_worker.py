@@ -31,6 +31,7 @@ from pipeline.core.steps import Outcome, Step
 from pipeline.errors import AuthError, BudgetReached, ConfigError, FatalCallError, UnavailableError
 from pipeline.runs.clients import Endpoint
 from pipeline.runs.settings import Settings, resolve
+from pipeline.sandbox import SandboxMode
 from pipeline.testing.simulator import SimConfig, Simulator
 
 pytestmark = pytest.mark.anyio
@@ -327,3 +328,35 @@ async def test_worker_gate_passes_a_cut_off_retrys_frequency_penalty() -> None:
         frequency_penalty=0.5,
     )
     assert inner.penalties == [0.5]
+
+
+MODE_HOOKS = """
+from pipeline.sandbox import current_mode
+
+RUNS_PROGRAMS = True
+
+def check(fields, output):
+    return ["mode " + current_mode().value]
+"""
+
+
+@pytest.mark.parametrize("mode", list(SandboxMode))
+async def test_a_workers_hooks_run_in_the_runs_sandbox_mode(
+    tmp_path: Path, mode: SandboxMode
+) -> None:
+    """--sandbox reaches the hooks of a worker's records (in the threads they run in)."""
+    path = tmp_path / "shout.toml"
+    path.write_text(HOOKED_JOB.replace("HOOKS", "mode_hooks.py"))
+    (tmp_path / "mode_hooks.py").write_text(MODE_HOOKS)
+    job = load_job(str(path))
+    with Simulator(SimConfig(latency_s=0.0)) as sim:
+        s = resolve(Settings(model="sim-model", base_url=sim.url, max_iters=0, sandbox=mode), 0)
+        endpoint = Endpoint("sim-model", "sim-model", (sim.url,), "json_schema", None)
+        worker = Worker(WorkerSpec(JobFiles.of(job), s, endpoint, None, PriceBook(), False))
+        driver = Driver(worker, await worker.start("k"))
+        try:
+            await driver.until(finished(1), assign=(Assignment(Record("r0", 1, {"text": "hi"})),))
+        finally:
+            await worker.close()
+    steps = [e.step for e in driver.events if isinstance(e, Saved)]
+    assert [s.checks for s in steps] == [[f"mode {mode.value}"]]

@@ -10,6 +10,7 @@
     export      outputs (and input columns) as Parquet, CSV or JSONL
     columns     output fields as typed columns, for export
     merge       the run directories of --shard runs joined as one
+    sandbox     the isolation model-written programs get here, and a self-test under it
 """
 
 from .estimate import Estimate, run_estimate

@@ -14,6 +14,7 @@ from ..client.flex import FLEX, FLEX_TIMEOUT_S, SERVICE_TIERS
 from ..core.jobs import Job
 from ..core.strategies import parse_specs
 from ..errors import ConfigError
+from ..sandbox import SandboxMode
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -70,6 +71,9 @@ class Settings:
     ray_address: str | None = None  # join this Ray cluster (else $RAY_ADDRESS, else a local one)
     service_tier: str | None = None  # sent as ``service_tier`` (None: not sent); flex: batch rate
     context_tokens: int | None = None  # the models' context window (None: known models' own)
+    # the isolation programs need (weak: run them without a missing kernel layer); one
+    # invocation's choice, never inherited by `refine resume`
+    sandbox: SandboxMode = SandboxMode.STRICT
 
     def base_urls(self) -> tuple[str, ...]:
         """The generator's endpoints: ``base_url``, one or several (none: OpenAI's).
@@ -170,6 +174,9 @@ def settings_from_json(data: dict[str, Any]) -> Settings:
         values["base_url"] = tuple(values["base_url"])
     if isinstance(values.get("strategy"), list):
         values["strategy"] = tuple(values["strategy"])
+    if "sandbox" in values:  # a mode this version does not know is the strictest
+        weak = values["sandbox"] == SandboxMode.WEAK
+        values["sandbox"] = SandboxMode.WEAK if weak else SandboxMode.STRICT
     if isinstance(values.get("shard"), list):
         i, n = values["shard"]
         values["shard"] = (int(i), int(n))
