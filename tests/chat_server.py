@@ -1,7 +1,8 @@
 """A minimal OpenAI-compatible chat server for tests: one function decides each answer.
 
 ``serve_chat(answer)`` runs it on 127.0.0.1 in a thread and yields the base URL. Every
-chat completion's reply text is ``answer(body)``; any other request (another path, a GET)
+chat completion's reply text is ``answer(body)``; ``GET /v1/models`` (the run's reachability
+check before its first call) lists no model; any other request (another path, another GET)
 is refused with 404 and its path kept in ``strays``.
 """
 
@@ -54,7 +55,15 @@ def serve_chat(
             self.end_headers()
 
         def do_GET(self) -> None:
-            self._stray()
+            if self.path.rstrip("/") != "/v1/models":
+                self._stray()
+                return
+            listing = orjson.dumps({"object": "list", "data": []})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(listing)))
+            self.end_headers()
+            self.wfile.write(listing)
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
