@@ -98,7 +98,7 @@ async def _endpoints(
     settings: Settings, run_dir: Path
 ) -> AsyncIterator[tuple[Endpoint, Endpoint | None]]:
     """Where the generator and the critic are served; starts local models as needed."""
-    from .backends.local.serving import serve as serve_local  # the local extra, when asked for
+    from .serving.endpoint import serve as serve_local  # the local extra, when asked for
 
     async with contextlib.AsyncExitStack() as stack:
         if settings.local:

@@ -61,13 +61,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, arun, load_job  # noqa: E402
-from pipeline.backends.local import (  # noqa: E402
-    DEFAULT_SLOTS,
-    LocalServer,
-    resolve_model,
-    slots_for,
-)
-from pipeline.backends.local.server import SLOTS_ENV  # noqa: E402
 from pipeline.client.chat import OpenAIClient  # noqa: E402
 from pipeline.client.limits import Limiter  # noqa: E402
 from pipeline.core.answers import extract_code  # noqa: E402
@@ -75,6 +68,13 @@ from pipeline.core.prompts import opening  # noqa: E402
 from pipeline.core.steps import Completion, ModelClient  # noqa: E402
 from pipeline.io.records import read_records  # noqa: E402
 from pipeline.sandbox import syntax_problem  # noqa: E402
+from pipeline.serving import (  # noqa: E402
+    DEFAULT_SLOTS,
+    LocalServer,
+    resolve_model,
+    slots_for,
+)
+from pipeline.serving.server import SLOTS_ENV  # noqa: E402
 
 RECORDS = ROOT / "scripts" / "data" / "bench_local.jsonl"
 NEAR_BEST = 0.95
@@ -503,7 +503,7 @@ def main() -> None:
         )
     print(
         f"\ndefault slots: {pick_slots(best)} (smallest level within 5% of the best; "
-        f"pipeline.backends.local.DEFAULT_SLOTS is {DEFAULT_SLOTS})"
+        f"pipeline.serving.DEFAULT_SLOTS is {DEFAULT_SLOTS})"
     )
     if args.tune:
         variants: list[tuple[str, dict[str, object]]] = [

@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, run  # noqa: E402
-from pipeline.backends.local.registry import DEFAULT_MODEL  # noqa: E402
 from pipeline.client.prices import BUILTIN, PriceBook  # noqa: E402
 from pipeline.commands.estimate import from_prompts, run_estimate  # noqa: E402
 from pipeline.core.loader import load_job  # noqa: E402
+from pipeline.serving.registry import DEFAULT_MODEL  # noqa: E402
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402
 
 

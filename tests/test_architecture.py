@@ -17,6 +17,7 @@ LAYERS = (
     "report",
     "runner",
     "backends",
+    "serving",
     "runs",
     "io",
     "client",

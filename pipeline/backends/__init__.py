@@ -4,7 +4,8 @@
 
     batch       --batch: every call through the Batch API, in rounds; `refine cancel`
     cluster     --workers N: Ray worker actors, one rate limit and budget across them
-    local       --local: the embedded llama.cpp model, served for the run
+
+The embedded llama.cpp model (--local) is an endpoint, not a backend: ``pipeline.serving``.
 
 Each depends on the run's public types (``pipeline.runs``), never on the module that
 picks a backend (``pipeline.runner``). Import the one you need: Ray is an optional extra.

@@ -29,7 +29,6 @@ from pathlib import Path
 import anyio
 import orjson
 
-from ..backends.local.registry import DEFAULT_MODEL as DEFAULT_LOCAL
 from ..client.formats import FormatLadder
 from ..client.limits import estimate_tokens
 from ..client.prices import Price, PriceBook, at_batch_rate, price_book
@@ -41,6 +40,7 @@ from ..core.steps import Kind, Role, Step
 from ..errors import ConfigError
 from ..io.records import count_records, read_records
 from ..runs.settings import LOCAL_PREFIX, Settings, effective_job
+from ..serving.registry import DEFAULT_MODEL as DEFAULT_LOCAL
 from .fit import Unfit, find_unfit
 
 __all__ = [

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from ..backends.local.server import SLOT_CTX
 from ..client.context import context_window, overflow
 from ..core.jobs import Job
 from ..core.prompts import build_messages
@@ -23,6 +22,7 @@ from ..core.records import Record
 from ..core.steps import Kind
 from ..io.records import read_records
 from ..runs.settings import LOCAL_PREFIX, Settings
+from ..serving.server import SLOT_CTX
 
 __all__ = ["SHOWN", "Unfit", "find_unfit", "window_of"]
 

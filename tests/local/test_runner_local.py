@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from pipeline import Settings
-from pipeline.backends.local import LlamaCppMissingError, LocalModel, LocalServer
-from pipeline.backends.local import serving as local
 from pipeline.errors import ConfigError
 from pipeline.runner import arun
+from pipeline.serving import LlamaCppMissingError, LocalModel, LocalServer
+from pipeline.serving import endpoint as local
 
 from .fakes import FAKE_SERVER
 
@@ -124,12 +124,12 @@ async def test_the_local_critic_is_shown_the_schema_its_grammar_enforces(
 ) -> None:
     """A local server's client sends json_schema whole, string lengths included (its grammar
     enforces them), and spells the schema out in the prompt, which the server does not."""
-    from pipeline.backends.local.serving import serve
     from pipeline.client.budget import Budget
     from pipeline.client.prices import PriceBook
     from pipeline.core.loader import load_job
     from pipeline.runs.clients import open_client
     from pipeline.runs.settings import resolve
+    from pipeline.serving.endpoint import serve
     from pipeline.testing.simulator import SimConfig, Simulator
 
     _fake_local(tmp_path, monkeypatch)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from ...runs.clients import Endpoint
+from ..runs.clients import Endpoint
 from .resolve import resolve_model
 from .server import LocalServer, check_llama_cpp, slots_for
 
