@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .client.chat import OpenAIClient
+from .client.models import ModelId
 from .client.prices import PriceBook, price_book
 from .core.jobs import Job
 from .core.loader import load_job
@@ -90,7 +91,8 @@ async def _execute(
 
 
 def _resolve_endpoint(settings: Settings) -> Endpoint:
-    return Endpoint(settings.model, settings.model, settings.base_urls(), settings.structured, None)
+    model = settings.model
+    return Endpoint(model, ModelId.parse(model), settings.base_urls(), settings.structured, None)
 
 
 @contextlib.asynccontextmanager
@@ -124,9 +126,8 @@ async def _endpoints(
                 if settings.feedback_base_url
                 else (() if settings.local else generator.urls)
             )
-            critic = Endpoint(
-                settings.feedback_model, settings.feedback_model, urls, settings.structured, None
-            )
+            model = settings.feedback_model
+            critic = Endpoint(model, ModelId.parse(model), urls, settings.structured, None)
         if critic is not None and critic.model_id == generator.model_id:
             critic = None  # the critic is the generator
         yield generator, critic
@@ -155,8 +156,8 @@ def _manifest(
     return Manifest(
         job=JobInfo(job.name, job.content_hash, job.source),
         input=InputInfo(str(input_path.resolve()), input_fingerprint),
-        model=generator.model_id,
-        feedback_model=None if critic is None else critic.model_id,
+        model=str(generator.model_id),
+        feedback_model=None if critic is None else str(critic.model_id),
         base_url=clean_url(generator.urls[0]) if generator.urls else None,
         # the structured level actually tried first (the local server's, with --local)
         settings=replace(settings, structured=generator.structured),
@@ -167,9 +168,9 @@ def _manifest(
 
 def _check_budget(prices: PriceBook, generator: Endpoint, critic: Endpoint | None) -> None:
     for side in (generator, critic):
-        if side is not None and not prices.known(side.model_id):
+        if side is not None and not prices.known(str(side.model_id)):
             raise ConfigError(
-                f"--budget needs the price of {side.model_id!r}, which is not in the "
+                f"--budget needs the price of {str(side.model_id)!r}, which is not in the "
                 "built-in table: give it with --prices FILE (JSON or TOML: model -> "
                 "{input, output[, cached_input, batch]}, dollars per million tokens)"
             )
@@ -372,15 +373,12 @@ def resume_args(run_dir: str | Path) -> tuple[str, Path, Settings]:
     """
     manifest = RunDir(Path(run_dir)).require_manifest()
     settings = manifest.settings
-    if settings.local and settings.local_model is None and manifest.model.startswith("local:"):
-        settings = replace(settings, local_model=manifest.model.removeprefix("local:"))
-    started = manifest.feedback_model or ""
-    if (
-        settings.critic_is_local
-        and settings.critic_local_model is None
-        and started.startswith("local:")
-    ):
-        settings = replace(settings, feedback_model=started)
+    generator = ModelId.parse(manifest.model)
+    if settings.local and settings.local_model is None and generator.is_local:
+        settings = replace(settings, local_model=generator.name)
+    critic = ModelId.parse(manifest.feedback_model or "")
+    if settings.critic_is_local and settings.critic_local_model is None and critic.is_local:
+        settings = replace(settings, feedback_model=str(critic))
     return manifest.job.source, Path(manifest.input.path), settings
 
 

@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline import Settings, arun, load_job  # noqa: E402
 from pipeline.client.chat import OpenAIClient  # noqa: E402
 from pipeline.client.limits import Limiter  # noqa: E402
+from pipeline.client.models import ModelId  # noqa: E402
 from pipeline.core.answers import extract_code  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
 from pipeline.core.steps import Completion, ModelClient  # noqa: E402
@@ -278,7 +279,7 @@ async def run_layout(
     model = await anyio.to_thread.run_sync(resolve_model, model_name)
     async with LocalServer(model, parallel=slots_for(args.concurrency)) as server:
         client = OpenAIClient(
-            model=f"local:{server.model}",
+            model=str(ModelId.local(server.model)),
             request_model=server.model,
             base_url=server.base_url,
             api_key="local",

@@ -24,6 +24,7 @@ from pipeline.backends.cluster.messages import (
     WireError,
 )
 from pipeline.backends.cluster.worker import Worker, WorkerSpec
+from pipeline.client.models import ModelId
 from pipeline.client.prices import PriceBook
 from pipeline.core.loader import load_job
 from pipeline.core.records import Record
@@ -166,7 +167,7 @@ def spec(url: str, **settings: object) -> WorkerSpec:
     """What a worker of a code-improve run against ``url`` is built from."""
     job = load_job("code-improve")
     s = resolve(Settings(model="sim-model", base_url=url, **settings), job.max_iters)  # type: ignore[arg-type]
-    endpoint = Endpoint("sim-model", "sim-model", (url,), "json_schema", None)
+    endpoint = Endpoint("sim-model", ModelId("sim-model"), (url,), "json_schema", None)
     return WorkerSpec(JobFiles.of(job), s, endpoint, None, PriceBook(), budgeted=False)
 
 

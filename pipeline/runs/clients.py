@@ -16,6 +16,7 @@ from ..client.budget import Spending
 from ..client.chat import OpenAIClient
 from ..client.context import context_window
 from ..client.limits import Limiter, RateLimiter
+from ..client.models import ModelId
 from ..core.steps import ModelClient
 from .settings import Settings
 
@@ -88,7 +89,7 @@ class Endpoint:
     """Where one side of the loop (generator or critic) is served."""
 
     model: str  # the name sent in requests
-    model_id: str  # the name recorded: ``local:NAME`` for the embedded model
+    model_id: ModelId  # the model as the run records it (``local:NAME``: the embedded one)
     urls: tuple[str, ...]
     structured: str
     slots: int | None  # requests the server computes at once (a local server), else None
@@ -99,7 +100,7 @@ class Endpoint:
     def window(self, settings: Settings) -> int | None:
         """The context window a call to this side must fit: --context-tokens, else the
         server's, else the known model's (None: unknown, nothing refused)."""
-        return settings.context_tokens or self.context or context_window(self.model_id)
+        return settings.context_tokens or self.context or context_window(str(self.model_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,7 @@ def open_client(
     limiter: RateLimiter | None = None,
 ) -> OpenAIClient:
     return OpenAIClient(
-        model=endpoint.model_id,
+        model=str(endpoint.model_id),
         request_model=endpoint.model,
         base_url=endpoint.urls or None,
         api_key=api_key,
@@ -133,6 +134,6 @@ def open_client(
         max_outage=settings.max_outage,
         budget=budget,
         # The embedded model has no tiers: its calls are free and it is not asked for one.
-        service_tier=None if endpoint.model_id.startswith("local:") else settings.service_tier,
+        service_tier=None if endpoint.model_id.is_local else settings.service_tier,
         context_tokens=endpoint.window(settings),
     )

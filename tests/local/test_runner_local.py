@@ -97,13 +97,14 @@ async def test_local_run_records_slots_structured_level_and_provenance(
 async def test_embedded_model_is_recorded_and_priced_as_local() -> None:
     """The server gets its own model name; traces, prices and the budget see ``local:NAME``."""
     from pipeline.client.budget import Budget
+    from pipeline.client.models import ModelId
     from pipeline.client.prices import PriceBook
     from pipeline.runs.clients import Endpoint, open_client
     from pipeline.runs.settings import resolve
     from pipeline.testing.simulator import SimConfig, Simulator
 
     with Simulator(SimConfig(models=("tiny",))) as sim:
-        endpoint = Endpoint("tiny", "local:tiny", (sim.url,), "json_schema", 1)
+        endpoint = Endpoint("tiny", ModelId.local("tiny"), (sim.url,), "json_schema", 1)
         budget = Budget(None, PriceBook())
         client = open_client(endpoint, resolve(Settings(), 1), None, budget)
         try:
