@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, arun, load_job  # noqa: E402
+from pipeline.backends.realtime import RealTimeBackend  # noqa: E402
 from pipeline.client.chat import OpenAIClient  # noqa: E402
 from pipeline.client.limits import Limiter  # noqa: E402
 from pipeline.client.models import ModelId  # noqa: E402
@@ -303,7 +304,8 @@ async def run_layout(
         out = (args.work or work.parent) / f"{work.name}-{layout}"
         started = time.perf_counter()
         try:
-            await arun(job, records, out, settings, client=used, show_progress=False)
+            backend = RealTimeBackend(used)
+            await arun(job, records, out, settings, backend=backend, show_progress=False)
         finally:
             wall = time.perf_counter() - started
             await client.aclose()

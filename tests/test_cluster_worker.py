@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 from pipeline import render_status
-from pipeline.backends.cluster.jobfiles import JobFiles
-from pipeline.backends.cluster.messages import (
+from pipeline.backends.ray.jobfiles import JobFiles
+from pipeline.backends.ray.messages import (
     Assignment,
     Event,
     Finished,
@@ -23,7 +23,7 @@ from pipeline.backends.cluster.messages import (
     Saved,
     WireError,
 )
-from pipeline.backends.cluster.worker import Worker, WorkerSpec
+from pipeline.backends.ray.worker import Worker, WorkerSpec
 from pipeline.client.models import ModelId
 from pipeline.client.prices import PriceBook
 from pipeline.core.loader import load_job
@@ -315,7 +315,7 @@ async def test_worker_gate_passes_a_cut_off_retrys_frequency_penalty() -> None:
     """The worker's client wrapper hands every sampling setting on, the penalty included."""
     from types import SimpleNamespace
 
-    from pipeline.backends.cluster.worker import _Gate
+    from pipeline.backends.ray.worker import _Gate
     from tests.fakes import ScriptedClient
 
     inner = ScriptedClient(["short answer"])
