@@ -10,7 +10,7 @@ with ``raise ... from err``::
     │   ├── RunLocked          another process holds RUN_DIR
     │   ├── BatchFailed        the Batch API refused a batch for good (its errors shown)
     │   ├── SandboxError       kernel isolation for programs is missing (strict mode)
-    │   └── LocalModelError    the local model cannot be had or served (pipeline.backends.local)
+    │   └── LocalModelError    the local model cannot be had or served (pipeline.serving)
     │       ├── UnknownModelError      not a known name, hf: reference or .gguf file
     │       ├── ModelFetchError        packages or the hub could not deliver the file
     │       │   └── ModelIntegrityError    the file has the wrong SHA-256 or size

@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 from pipeline import render_status
-from pipeline.backends.cluster.jobfiles import JobFiles
-from pipeline.backends.cluster.messages import (
+from pipeline.backends.ray.jobfiles import JobFiles
+from pipeline.backends.ray.messages import (
     Assignment,
     Event,
     Finished,
@@ -23,7 +23,8 @@ from pipeline.backends.cluster.messages import (
     Saved,
     WireError,
 )
-from pipeline.backends.cluster.worker import Worker, WorkerSpec
+from pipeline.backends.ray.worker import Worker, WorkerSpec
+from pipeline.client.models import ModelId
 from pipeline.client.prices import PriceBook
 from pipeline.core.loader import load_job
 from pipeline.core.records import Record
@@ -167,7 +168,7 @@ def spec(url: str, **settings: object) -> WorkerSpec:
     """What a worker of a code-improve run against ``url`` is built from."""
     job = load_job("code-improve")
     s = resolve(Settings(model="sim-model", base_url=url, **settings), job.max_iters)  # type: ignore[arg-type]
-    endpoint = Endpoint("sim-model", "sim-model", (url,), "json_schema", None)
+    endpoint = Endpoint("sim-model", ModelId("sim-model"), (url,), "json_schema", None)
     return WorkerSpec(JobFiles.of(job), s, endpoint, None, PriceBook(), budgeted=False)
 
 
@@ -315,7 +316,7 @@ async def test_worker_gate_passes_a_cut_off_retrys_frequency_penalty() -> None:
     """The worker's client wrapper hands every sampling setting on, the penalty included."""
     from types import SimpleNamespace
 
-    from pipeline.backends.cluster.worker import _Gate
+    from pipeline.backends.ray.worker import _Gate
     from tests.fakes import ScriptedClient
 
     inner = ScriptedClient(["short answer"])

@@ -152,7 +152,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    from ..backends.batch import acancel
+    from ..commands.cancel import acancel
 
     infos = anyio.run(lambda: acancel(args.run_dir))
     for info in infos:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..client.flex import FLEX, FLEX_TIMEOUT_S, SERVICE_TIERS
+from ..client.models import ModelId
 from ..core.jobs import Job
 from ..core.strategies import parse_specs
 from ..errors import ConfigError
@@ -19,7 +20,6 @@ from ..sandbox import SandboxMode
 __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_TIMEOUT_S",
-    "LOCAL_PREFIX",
     "LOCAL_TIMEOUT_S",
     "Settings",
     "effective_job",
@@ -30,7 +30,6 @@ __all__ = [
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_TIMEOUT_S = 60.0
 LOCAL_TIMEOUT_S = 900.0  # a local model on a few cores answers long prompts slowly
-LOCAL_PREFIX = "local"  # `--feedback-model local` or `local:NAME`: the critic on the local model
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,16 +84,21 @@ class Settings:
         return (self.base_url,) if self.base_url else ()
 
     @property
+    def critic_id(self) -> ModelId | None:
+        """The critic ``--feedback-model`` names, parsed (None: the generator's model)."""
+        return None if self.feedback_model is None else ModelId.parse(self.feedback_model)
+
+    @property
     def critic_is_local(self) -> bool:
         """Whether ``--feedback-model`` names the embedded local model."""
-        fm = self.feedback_model
-        return fm is not None and (fm == LOCAL_PREFIX or fm.startswith(LOCAL_PREFIX + ":"))
+        critic = self.critic_id
+        return critic is not None and critic.is_local
 
     @property
     def critic_local_model(self) -> str | None:
         """The local model named by ``--feedback-model local:NAME`` (None: the default one)."""
-        fm = self.feedback_model or ""
-        return fm.partition(":")[2] or None if self.critic_is_local else None
+        critic = self.critic_id
+        return critic.name or None if critic is not None and critic.is_local else None
 
 
 def parse_shard(text: str) -> tuple[int, int]:
