@@ -9,8 +9,9 @@ from pathlib import Path
 import anyio
 
 from ...runs.clients import Endpoint
+from .binary import check_llama_cpp
 from .resolve import resolve_model
-from .server import LocalServer, check_llama_cpp, slots_for
+from .server import LocalServer, slots_for
 
 __all__ = ["serve"]
 
