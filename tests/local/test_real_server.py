@@ -29,10 +29,12 @@ from pipeline.backends.local import (
     ServerStartError,
     check_llama_cpp,
     resolve_model,
+    serving,
 )
 from pipeline.backends.local import binary as binary_module
 from pipeline.backends.local.cpu import PORTABLE, find_cpu_library, is_x86_64, probe_build
 from pipeline.backends.local.smoke import smoke
+from pipeline.errors import ConfigError
 from pipeline.runner import arun
 
 from ..helpers import read_jsonl, write_jsonl
@@ -100,6 +102,31 @@ async def test_real_server_refused_on_a_cpu_lacking_its_features(
             pass
     assert "-DGGML_AVX2=OFF" in str(caught.value)
     assert not (tmp_path / "llama-server.log").exists()  # nothing was started
+
+
+@pytest.mark.anyio
+async def test_local_run_on_a_cpu_lacking_features_stops_before_the_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--local on a CPU the installed build cannot run: a ConfigError (exit 2) naming the
+    missing features, before any model is fetched."""
+    installed_server()
+    if not is_x86_64():
+        pytest.skip("the CPU check applies to x86-64 builds")
+    flags = frozenset(["fpu", "sse2", "pni", "ssse3", "sse4_2", "avx"])
+    monkeypatch.setattr(binary_module, "read_cpu_flags", lambda: flags)
+
+    def resolve(name: str | None) -> LocalModel:
+        raise AssertionError("the model was fetched before the CPU check")
+
+    monkeypatch.setattr(serving, "resolve_model", resolve)
+    write_jsonl(tmp_path / "in.jsonl", [{"id": "c1", "concepts": ["dog"]}])
+    with pytest.raises(ServerStartError, match="lacks: avx2, bmi2, f16c, fma") as caught:
+        await arun(
+            "commongen", tmp_path / "in.jsonl", tmp_path / "run", Settings(local=True),
+            show_progress=False,
+        )  # fmt: skip
+    assert isinstance(caught.value, ConfigError)
 
 
 @pytest.mark.anyio

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 
 from ...runs.clients import Endpoint
-from .binary import check_llama_cpp
+from .binary import check_cpu, check_llama_cpp
 from .resolve import resolve_model
 from .server import LocalServer, slots_for
 
@@ -19,7 +19,8 @@ __all__ = ["serve"]
 @contextlib.asynccontextmanager
 async def serve(name: str | None, run_dir: Path, concurrency: int) -> AsyncIterator[Endpoint]:
     """Start llama.cpp's server for a local model; its errors are ConfigErrors (exit 2)."""
-    check_llama_cpp()  # before downloading hundreds of MB, not after
+    # Before downloading hundreds of MB, not after: the server is there and runs here.
+    await anyio.to_thread.run_sync(check_cpu, check_llama_cpp())
     # Resolving may download and hash the model: keep the event loop free.
     model = await anyio.to_thread.run_sync(resolve_model, name)
     server = LocalServer(model, log_dir=run_dir, parallel=slots_for(concurrency))
