@@ -11,6 +11,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
+import shutil
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +42,9 @@ from pipeline.runner import arun
 
 from ..helpers import read_jsonl, write_jsonl
 from .fakes import quiet
+
+# An AVX-512 register operand, or an AMX tile instruction, in objdump's listing.
+WIDE_OR_TILE = re.compile(r"%zmm|\b(ldtilecfg|tileloadd\w*|tilestored|tilezero|tdpb\w+)\b")
 
 SCHEMA = {
     "type": "object",
@@ -81,6 +87,28 @@ def test_installed_build_is_portable() -> None:
     assert library is not None
     build = probe_build(library)
     assert build.features == (PORTABLE if is_x86_64() else frozenset()), build.failure
+
+
+def test_installed_build_holds_no_avx512_or_amx_code() -> None:
+    """No library of the installed server holds an AVX-512 (zmm register) or AMX tile
+    instruction, whatever the compiler chose: the code itself, not only ggml's settings."""
+    folder = installed_server().parent
+    if not is_x86_64() or shutil.which("objdump") is None:
+        pytest.skip("needs x86-64 and objdump (binutils)")
+    libraries = sorted(p for p in folder.iterdir() if ".so" in p.name and not p.is_symlink())
+    assert any(p.name.startswith("libggml-cpu") for p in libraries)
+    found = {}
+    for library in [*libraries, folder / "llama-server"]:
+        code = subprocess.run(
+            ["objdump", "-d", "--no-show-raw-insn", str(library)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        hits = [line for line in code.splitlines() if WIDE_OR_TILE.search(line)]
+        if hits:
+            found[library.name] = hits[:3]
+    assert found == {}
 
 
 @pytest.mark.anyio

@@ -217,7 +217,8 @@ def crash_advice(returncode: int, binary: Path, build: Build | None) -> str:
         )
     else:
         what = f"crashed ({exit_name(returncode)}) loading the model or computing its first tokens"
-    return f"The server at {binary} {what}. To fix it, {fix((), features)}." + _AFTER.format(
+    built = f", built for {' '.join(sorted(features))}," if features else ""
+    return f"The server at {binary}{built} {what}. To fix it, {fix((), features)}." + _AFTER.format(
         folder=binary.parent
     )
 
