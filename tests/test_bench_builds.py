@@ -34,11 +34,28 @@ def test_prompts_differ_and_have_the_asked_length() -> None:
 
 
 def test_summary_takes_medians_and_the_ratio_of_the_first_build() -> None:
-    """Medians of each build's requests, and the first build's speed over the second's."""
+    """Medians of each build's prompts, by wall and by CPU time, and the first's ratio."""
     bench = load_script("bench_builds")
-    a = [bench.Timing(90.0, 9.0), bench.Timing(100.0, 10.0), bench.Timing(500.0, 1.0)]
-    b = [bench.Timing(200.0, 20.0), bench.Timing(125.0, 12.5)]
+    a = [
+        bench.Timing(90.0, 9.0, 45.0, 4.5),
+        bench.Timing(100.0, 10.0, 50.0, 5.0),
+        bench.Timing(500.0, 1.0, 60.0, 6.0),
+    ]
+    b = [bench.Timing(200.0, 20.0, 100.0, 8.0), bench.Timing(125.0, 12.5, 60.0, 12.0)]
     lines = bench.summary(["portable", "native"], [a, b])
-    assert "| portable | 100.0 | 9.00 | 3 |" in lines
-    assert "| native | 162.5 | 16.25 | 2 |" in lines
-    assert lines[-1] == "portable / native: prompt 0.62x, generation 0.55x"
+    assert "| portable | 100.0 | 9.00 | 50.0 | 5.00 | 3 |" in lines
+    assert "| native | 162.5 | 16.25 | 80.0 | 10.00 | 2 |" in lines
+    assert lines[-1] == (
+        "portable / native: wall time: prompt 0.62x, generation 0.55x; "
+        "CPU time: prompt 0.62x, generation 0.50x"
+    )
+
+
+def test_cpu_seconds_of_a_process_grow_with_its_work() -> None:
+    """The CPU time read from /proc counts a process's own work."""
+    bench = load_script("bench_builds")
+    before = bench.cpu_seconds(os.getpid())
+    deadline = bench.cpu_seconds(os.getpid()) + 0.05
+    while bench.cpu_seconds(os.getpid()) < deadline:
+        sum(range(10_000))
+    assert bench.cpu_seconds(os.getpid()) - before >= 0.05
