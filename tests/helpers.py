@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from pipeline import RunSummary, Settings, run
+from pipeline.client.delays import DELAYS, Backoff
 from pipeline.testing.simulator import Simulator
 
 # The team's real task data, beside the checkout; a checkout without it (a fresh clone in
@@ -18,6 +20,9 @@ from pipeline.testing.simulator import Simulator
 # CommonGen-Hard, every acronym title.
 _BESIDE = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 SHARED_DATA = _BESIDE if _BESIDE.is_dir() else Path(__file__).parent / "fixtures" / "shared-data"
+# A client's delays with no backoff between a call's attempts: a server's Retry-After, the
+# outage probes' spacing and the flex tier's waits stay as in a run.
+NO_BACKOFF = replace(DELAYS, retry=Backoff(0.0, 0.0))
 
 
 def wait_for_calls(run_dir: Path, n: int, proc: subprocess.Popen[str], limit_s: float = 30) -> None:

@@ -12,6 +12,7 @@ from pipeline.client.chat import OpenAIClient, redact
 from pipeline.client.limits import Limiter
 from pipeline.errors import AuthError, CallError, FatalCallError, UnavailableError
 from pipeline.testing.simulator import SimConfig, Simulator
+from tests.helpers import NO_BACKOFF
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -33,7 +34,7 @@ def make_client(sim: Simulator, **kw: Any) -> OpenAIClient:
         timeout=2.0,
         max_retries=3,
         limiter=Limiter(),
-        backoff_base=0.0,
+        delays=NO_BACKOFF,
         rng=random.Random(0),
     )
     args.update(kw)

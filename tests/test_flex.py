@@ -4,6 +4,7 @@ priced at the batch rate, its 429 resource_unavailable waited out as capacity.""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from pipeline import Settings, run
 from pipeline.cli.parser import build_parser, settings_from_args
 from pipeline.client.budget import Budget, Reservation
 from pipeline.client.chat import OpenAIClient
+from pipeline.client.delays import DELAYS, Backoff
 from pipeline.client.flex import FLEX_TIMEOUT_S, Capacity
 from pipeline.client.limits import Limiter
 from pipeline.client.prices import Price, PriceBook
@@ -186,8 +188,12 @@ def test_150_records_on_flex_with_15_percent_refused(
     """Every record done, every answered call traced on the flex tier, no retry used up and
     no slow-down for a refusal, cost within 1% of the flex-rate bill."""
     # The backoff's first wait a tenth of its 1 s: a call refused five times in a row (it
-    # happens in a run this size) then waits 3 s at most, not 30.
-    monkeypatch.setattr("pipeline.client.flex.FLEX_BACKOFF_BASE_S", 0.1)
+    # happens in a run this size) then waits 3 s at most, not 30. The run opens its own
+    # clients: they are given these delays as they are made.
+    quick = replace(DELAYS, flex=Backoff(0.1, DELAYS.flex.cap))
+    monkeypatch.setattr(
+        OpenAIClient, "__init__", partialmethod(OpenAIClient.__init__, delays=quick)
+    )
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(150))
     out = tmp_path / "run"
     cfg = SimConfig(latency_s=0.002, p_flex_unavailable=0.15, p_done=0.3, **SIM_PRICES)
@@ -252,7 +258,7 @@ def test_flex_without_capacity_stops_resumable_naming_the_tier(tmp_path: Path) -
 def test_capacity_gives_up_only_after_max_s_without_a_success() -> None:
     """A success resets the clock; refusals alone for longer than max_s exceed it."""
     now = [0.0]
-    cap = Capacity(10.0, lambda: now[0])
+    cap = Capacity(10.0, lambda: now[0], DELAYS.flex)
     cap.refusal(1, 0.5)
     now[0] = 9.0
     assert not cap.exceeded()

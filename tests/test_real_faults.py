@@ -23,7 +23,7 @@ from pipeline.client.chat import OpenAIClient
 from pipeline.client.limits import Limiter
 from pipeline.errors import CallError, UnavailableError
 from pipeline.testing.simulator import SimConfig, Simulator
-from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.helpers import NO_BACKOFF, read_jsonl, tasks, write_jsonl
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -300,7 +300,7 @@ async def test_timeout_bounds_the_whole_attempt(trickler: str) -> None:
 async def test_unavailable_names_the_last_failure() -> None:
     """A server down for good stops the call with UnavailableError naming what it said."""
     with Simulator(SimConfig(p_503=1.0)) as sim:
-        client = make_client(sim.url, max_retries=1, max_outage=0.5, backoff_base=0.0)
+        client = make_client(sim.url, max_retries=1, max_outage=0.5, delays=NO_BACKOFF)
         with pytest.raises(UnavailableError, match="503"):
             await client.complete(one("q"), schema=None, temperature=0, max_tokens=20)
         await client.aclose()

@@ -31,6 +31,7 @@ from .answers import error_message, http_client, read_answer, redact
 from .budget import Reservation, Spending
 from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
 from .context import overflow
+from .delays import DELAYS, Delays
 from .endpoints import Endpoint, Endpoints
 from .flex import FLEX, Capacity, flex_refused, tier_options
 from .formats import FormatLadder
@@ -46,14 +47,12 @@ from .outage import (
 from .prices import at_batch_rate
 from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable, unreachable_error
 from .retry import (
-    BACKOFF_BASE_S,
     Decision,
     OutageState,
     classify_status,
     decide,
     endpoint_fault,
     error_fields,
-    probe_delay,
     quota_spent,
     retry_after,
 )
@@ -97,7 +96,7 @@ class OpenAIClient:
         structured: str = "json_schema",
         grammar: bool = False,
         max_in_flight: int | None = None,
-        backoff_base: float = BACKOFF_BASE_S,
+        delays: Delays = DELAYS,
         max_outage: float = MAX_OUTAGE_S,
         budget: Spending | None = None,
         rng: random.Random | None = None,
@@ -112,11 +111,11 @@ class OpenAIClient:
         self.max_retries = max_retries
         self.limiter = limiter
         self.formats = FormatLadder(structured, grammar=grammar)
-        self.backoff_base = backoff_base
+        self.delays = delays  # every wait between attempts and probes (tests: NO_DELAYS)
         self.budget = budget
         self.service_tier = service_tier  # sent as ``service_tier`` on every call when set
         self.context_tokens = context_tokens  # the model's window: a longer prompt is not sent
-        self.capacity = Capacity(max_outage, clock)  # the flex tier's refusals
+        self.capacity = Capacity(max_outage, clock, delays.flex)  # the flex tier's refusals
         self.calls = 0
         self.retries = 0
         self.succeeded = 0
@@ -297,7 +296,8 @@ class OpenAIClient:
         """Count an endpoint fault on the breaker, then ask the policy what follows."""
         failure, outage = error.failure, endpoint.outage
         if endpoint_fault(failure):
-            outage.failed(sent_at, probe_delay(outage.probes, self._rng.random(), error.wait))
+            delay = self.delays.probe_after(outage.probes, self._rng.random(), error.wait)
+            outage.failed(sent_at, delay)
         state = outage.state(self.succeeded > 0)
         if state.exceeded and self.endpoints.healthy():  # the others carry the run
             state = OutageState(open=True)
@@ -308,7 +308,7 @@ class OpenAIClient:
             outage=state,
             rand=self._rng.random(),
             wait=error.wait,
-            base=self.backoff_base,
+            delays=self.delays,
         )
 
     async def _probe(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> bool:
@@ -331,7 +331,8 @@ class OpenAIClient:
             failed = await self._ping(endpoint)
             if failed is None and outage.close(sent_at):
                 return True
-            delay = probe_delay(outage.probes, self._rng.random(), failed.wait if failed else None)
+            wait = failed.wait if failed else None
+            delay = self.delays.probe_after(outage.probes, self._rng.random(), wait)
             outage.probe_failed(sent_at, delay)
             if outage.exceeded(self.succeeded > 0) and not self.endpoints.healthy():
                 last = failed.failure if failed else CallError("unavailable", "probe overtaken")

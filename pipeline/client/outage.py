@@ -3,7 +3,7 @@
 After ``threshold`` endpoint faults (5xx, 429, timeouts, broken connections) with no
 success between them the circuit opens. While it is open no call is sent: one probe at a
 time is (the holder of ``lock``), each ``next_probe`` after the previous one's answer,
-spaced by a growing interval (``retry.probe_delay``); the calls waiting behind it use up
+spaced by a growing interval (``Delays.probe_after``); the calls waiting behind it use up
 none of their retries, and go again only once a probe succeeds and closes the circuit.
 The client's probe is a tiny request of its own, not a record's: a request that reliably
 crashes the server (a poison record) must not be what keeps the circuit open while the

@@ -39,7 +39,9 @@ class HookWatch:
             return ()
         ran: list[Hook] = []
         failed = {f.hook for f in step.hook_errors}
-        if self._job.evaluator is not None and (step.metrics is not None or Hook.EVALUATE in failed):
+        if self._job.evaluator is not None and (
+            step.metrics is not None or Hook.EVALUATE in failed
+        ):
             ran.append(Hook.EVALUATE)
         if self._job.checker is not None and self._checks and step.checks is not None:
             ran.append(Hook.CHECK)
