@@ -72,7 +72,7 @@ from pipeline.client.chat import OpenAIClient  # noqa: E402
 from pipeline.client.limits import Limiter  # noqa: E402
 from pipeline.core.answers import extract_code  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
-from pipeline.core.steps import Completion, ModelClient  # noqa: E402
+from pipeline.core.steps import Completion, ModelClient, Request  # noqa: E402
 from pipeline.io.records import read_records  # noqa: E402
 from pipeline.sandbox import syntax_problem  # noqa: E402
 
@@ -221,24 +221,10 @@ class OldLayout:
         """The wrapped client's model."""
         return self.inner.model
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,
-    ) -> Completion:
+    async def complete(self, request: Request) -> Completion:
         """The wrapped client's answer to the call rewritten in the old layout."""
         return await self.inner.complete(
-            old_layout(messages),
-            schema=schema,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            frequency_penalty=frequency_penalty,
-            cache_key=cache_key,
+            replace(request, messages=tuple(old_layout(request.messages)))
         )
 
 

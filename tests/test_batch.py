@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from pipeline.backends.batch.api import BatchIssue
 from pipeline.client.formats import FormatLadder
 from pipeline.client.prices import PriceBook
 from pipeline.commands.status import collect
-from pipeline.core.steps import Completion
+from pipeline.core.steps import Completion, Request
 from tests.fake_batches import FakeBatchAPI, FakeClock, answer_text, completion
 from tests.fakes import ScriptedClient
 from tests.helpers import read_jsonl, tasks, write_jsonl
@@ -66,20 +65,12 @@ class EchoClient:
     def model(self) -> str:
         return MODEL
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        cache_key: str | None = None,
-    ) -> Completion:
-        sent, extra = self.ladder.request(messages, schema, 0)
+    async def complete(self, request: Request) -> Completion:
+        sent, extra = self.ladder.request(request.messages, request.schema, 0)
         body = {"model": MODEL, "messages": sent, **extra}
         usage = completion(body)["usage"]
         return Completion(
-            answer_text(body), usage["prompt_tokens"], usage["completion_tokens"], 0.1, 1
+            answer_text(body), usage["prompt_tokens"], usage["completion_tokens"], 0.1, 1, MODEL
         )
 
 

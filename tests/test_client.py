@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.client.chat import OpenAIClient, redact
 from pipeline.client.limits import Limiter
+from pipeline.core.steps import Request
 from pipeline.errors import AuthError, CallError, FatalCallError, UnavailableError
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import NO_BACKOFF
@@ -23,7 +24,7 @@ SCHEMA: dict[str, Any] = {
         "done": {"type": "boolean"},
     },
 }
-MESSAGES = [{"role": "user", "content": "Review this code: print(1)"}]
+MESSAGES = ({"role": "user", "content": "Review this code: print(1)"},)
 
 
 def make_client(sim: Simulator, **kw: Any) -> OpenAIClient:
@@ -54,7 +55,9 @@ async def test_structured_output_degrades(structured: str, expected_level: int) 
     """The client falls back json_schema -> json_object -> text and still gets JSON feedback."""
     with Simulator(SimConfig(structured=structured, fence_json=True)) as sim:
         client = make_client(sim)
-        comp = await client.complete(MESSAGES, schema=SCHEMA, temperature=0, max_tokens=200)
+        comp = await client.complete(
+            Request(MESSAGES, temperature=0, max_tokens=200, schema=SCHEMA)
+        )
         await client.aclose()
         assert client.level == expected_level
         assert "actions" in comp.text
@@ -77,10 +80,9 @@ async def test_retries_server_errors_then_succeeds() -> None:
         client = make_client(sim, max_retries=10)
         results = [
             await client.complete(
-                [*MESSAGES, {"role": "user", "content": str(i)}],
-                schema=None,
-                temperature=0,
-                max_tokens=50,
+                Request(
+                    (*MESSAGES, {"role": "user", "content": str(i)}), temperature=0, max_tokens=50
+                )
             )
             for i in range(10)
         ]
@@ -98,7 +100,7 @@ async def test_gives_up_after_max_retries() -> None:
         client = make_client(sim, max_retries=2)
         client.outage.threshold = 1000  # this test looks at one call's budget, not outages
         with pytest.raises(CallError) as info:
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
         assert len(sim.requests) == 3
     assert info.value.kind == "http_503"
@@ -111,7 +113,7 @@ async def test_endless_failures_become_an_outage_that_stops() -> None:
     with Simulator(SimConfig(p_503=1.0)) as sim:
         client = make_client(sim, max_retries=2, max_outage=0.5)
         with pytest.raises(UnavailableError, match="resumable"):
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
         # Beyond the retries that opened the circuit, only a few spaced probes were sent.
         assert 3 <= len(sim.requests) <= 8
@@ -123,7 +125,7 @@ async def test_wrong_key_is_fatal_and_redacted() -> None:
     with Simulator(SimConfig(api_key="sk-right")) as sim:
         client = make_client(sim, api_key="sk-wrong-canary-123")
         with pytest.raises(AuthError) as info:
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
         assert len(sim.requests) == 1
     assert "sk-wrong-canary-123" not in str(info.value)
@@ -135,7 +137,7 @@ async def test_unknown_model_is_fatal() -> None:
     with Simulator(SimConfig(models=("real-model",))) as sim:
         client = make_client(sim, model="no-such-model")
         with pytest.raises(FatalCallError, match="404"):
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
 
 
@@ -144,7 +146,7 @@ async def test_bad_request_fails_record_without_retry(sim: Simulator) -> None:
     """A 400 unrelated to the response format fails the call at once, with the server's reason."""
     client = make_client(sim)
     with pytest.raises(CallError) as info:
-        await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=0)
+        await client.complete(Request(MESSAGES, temperature=0, max_tokens=0))
     await client.aclose()
     assert info.value.kind == "http_400"
     assert "max_tokens" in str(info.value)
@@ -158,7 +160,7 @@ async def test_hang_times_out_and_is_retried() -> None:
         client = make_client(sim, timeout=0.5, max_retries=6)
         outs = [
             await client.complete(
-                [{"role": "user", "content": f"q{i}"}], schema=None, temperature=0, max_tokens=20
+                Request(({"role": "user", "content": f"q{i}"},), temperature=0, max_tokens=20)
             )
             for i in range(4)
         ]
@@ -176,7 +178,7 @@ async def test_broken_connections_are_retried(fault: str) -> None:
         client = make_client(sim, max_retries=8)
         outs = [
             await client.complete(
-                [{"role": "user", "content": f"q{i}"}], schema=None, temperature=0, max_tokens=20
+                Request(({"role": "user", "content": f"q{i}"},), temperature=0, max_tokens=20)
             )
             for i in range(6)
         ]
@@ -192,7 +194,7 @@ async def test_refusal_fails_the_call() -> None:
     with Simulator(SimConfig(p_refusal=1.0)) as sim:
         client = make_client(sim)
         with pytest.raises(CallError) as info:
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
     assert info.value.kind == "refusal"
 
@@ -205,7 +207,7 @@ async def test_rate_limit_429_honours_retry_after_and_slows_pool() -> None:
         client = make_client(sim, limiter=limiter, max_retries=5)
         for i in range(3):
             await client.complete(
-                [{"role": "user", "content": f"q{i}"}], schema=None, temperature=0, max_tokens=5
+                Request(({"role": "user", "content": f"q{i}"},), temperature=0, max_tokens=5)
             )
         await client.aclose()
         statuses = [r.status for r in sim.requests]
@@ -277,7 +279,12 @@ async def test_terse_400_to_response_format_degrades_per_call_then_pool() -> Non
         )
         for i in range(4):
             comp = await client.complete(
-                [{"role": "user", "content": f"q{i}"}], schema=SCHEMA, temperature=0, max_tokens=20
+                Request(
+                    ({"role": "user", "content": f"q{i}"},),
+                    temperature=0,
+                    max_tokens=20,
+                    schema=SCHEMA,
+                )
             )
             assert "actions" in comp.text
         await client.aclose()
@@ -312,7 +319,9 @@ async def test_string_lengths_go_only_where_a_grammar_enforces_them(structured: 
     server (json_object) gets them all, and the answer keeps within them."""
     with Simulator(SimConfig(structured=structured)) as sim:
         client = make_client(sim)
-        comp = await client.complete(MESSAGES, schema=BOUNDED, temperature=0, max_tokens=200)
+        comp = await client.complete(
+            Request(MESSAGES, temperature=0, max_tokens=200, schema=BOUNDED)
+        )
         await client.aclose()
         sent = sim.completed_bodies()[-1]["response_format"]
     if structured == "json_schema":
@@ -332,7 +341,7 @@ async def test_frequency_penalty_is_sent_only_when_given(penalty: float | None) 
     with Simulator(SimConfig()) as sim:
         client = make_client(sim)
         await client.complete(
-            MESSAGES, schema=None, temperature=0, max_tokens=500, frequency_penalty=penalty
+            Request(MESSAGES, temperature=0, max_tokens=500, frequency_penalty=penalty)
         )
         await client.aclose()
         body = sim.completed_bodies()[-1]

@@ -21,7 +21,7 @@ from pipeline.client.flex import FLEX_TIMEOUT_S, Capacity
 from pipeline.client.limits import Limiter
 from pipeline.client.prices import Price, PriceBook
 from pipeline.commands.estimate import run_estimate
-from pipeline.core.steps import Step
+from pipeline.core.steps import Request, Step
 from pipeline.errors import ConfigError
 from pipeline.report.aggregate import summarize
 from pipeline.runs.rundir import RunDir
@@ -158,7 +158,7 @@ class _Spy(Budget):
 @pytest.mark.anyio
 async def test_client_sends_the_tier_and_reserves_at_its_rate() -> None:
     """service_tier is sent only when set; flex reserves and settles at the batch rate."""
-    msgs = [{"role": "user", "content": "hi"}]
+    msgs = ({"role": "user", "content": "hi"},)
     with Simulator(SimConfig()) as sim:
         for tier, batch in (("flex", True), (None, False), ("priority", False)):
             spy = _Spy()
@@ -172,7 +172,7 @@ async def test_client_sends_the_tier_and_reserves_at_its_rate() -> None:
                 budget=spy,
                 service_tier=tier,
             )
-            comp = await client.complete(msgs, schema=None, temperature=0.0, max_tokens=5)
+            comp = await client.complete(Request(msgs, temperature=0.0, max_tokens=5))
             await client.aclose()
             assert comp.service_tier == (tier or "default")
             assert (spy.reserved_at, spy.settled_at) == ([batch], [batch])

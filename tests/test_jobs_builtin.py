@@ -95,7 +95,7 @@ def all_prompts(job: Job, record: Record) -> Iterator[tuple[str, str]]:
             yield f"{call.role}:{call.iteration}:{message['role']}", message["content"]
         text = _reply(job, call, answers)
         answers += call.role != "feedback"
-        comp = Completion(text, 10, 10, 0.0, 1)
+        comp = Completion(text, 10, 10, 0.0, 1, "fake-model")
         steps.append(anyio.run(make_step, job, record, call, comp, steps, False))
 
 

@@ -556,7 +556,7 @@ async def test_evaluator_metrics_are_kept_and_its_errors_recorded() -> None:
 
 
 def test_next_call_of_a_repair_carries_the_penalty_as_a_body_field() -> None:
-    """The Batch API and Ray drivers get a repair's penalty from next_call, as body fields."""
+    """A repair's request carries the penalty (the Batch API driver reads it as body fields)."""
     draft = Step("generate", 0, [{"role": "user", "content": "q"}], code("v0"), None, USAGE, 0.1,
                  1, output="v0")  # fmt: skip
     cut = Step(
@@ -564,6 +564,8 @@ def test_next_call_of_a_repair_carries_the_penalty_as_a_body_field() -> None:
     )
     repair = next_call(SCORED, RECORD, [draft, cut], Policy(3))
     assert isinstance(repair, Call) and (repair.role, repair.kind) == ("feedback", Kind.REPAIR)
+    assert repair.request.frequency_penalty == RETRY_FREQUENCY_PENALTY
     assert repair.sampling() == {"frequency_penalty": RETRY_FREQUENCY_PENALTY}
     first = next_call(SCORED, RECORD, [draft], Policy(3))
-    assert isinstance(first, Call) and first.sampling() == {}
+    assert isinstance(first, Call) and first.request.frequency_penalty is None
+    assert first.sampling() == {}

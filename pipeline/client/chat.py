@@ -25,7 +25,7 @@ import httpx2
 import openai
 import orjson
 
-from ..core.steps import Completion, Try
+from ..core.steps import Completion, Request, Try
 from ..errors import AuthError, CallError, FatalCallError, UnavailableError
 from .answers import error_message, http_client, read_answer, redact
 from .budget import Reservation, Spending
@@ -173,43 +173,37 @@ class OpenAIClient:
         wait = min(self.timeout or PREFLIGHT_S, PREFLIGHT_S)
         await preflight((e.conn for e in self.endpoints.all), wait)
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,  # the record's id, sent as ``prompt_cache_key``
-    ) -> Completion:
+    async def complete(self, request: Request) -> Completion:
         """One chat completion, retried as the policy allows.
 
         Raises CallError when the call fails for good (a prompt that cannot fit the context
         window fails unsent), a FatalCallError subclass when the run must stop, and
-        BudgetReached when the next attempt cannot be paid for.
+        BudgetReached when the next attempt cannot be paid for. The request's cache key
+        goes as ``prompt_cache_key`` (where the endpoint takes it).
         """
         if self.context_tokens is not None:
-            too_long = overflow(messages, self.context_tokens, self._model)
+            too_long = overflow(request.messages, self.context_tokens, self._model)
             if too_long is not None:
                 raise too_long
-        extra: dict[str, Any] = tier_options(self.service_tier)
-        if frequency_penalty is not None:
-            extra["frequency_penalty"] = frequency_penalty
         if self._slots is None:
-            return await self._complete(messages, schema, temperature, max_tokens, extra, cache_key)
+            return await self._complete(request)
         async with self._slots:
-            return await self._complete(messages, schema, temperature, max_tokens, extra, cache_key)
+            return await self._complete(request)
 
-    async def _complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        sampling: Mapping[str, Any] | None = None,
-        cache_key: str | None = None,
-    ) -> Completion:
+    def _sampling(self, request: Request) -> dict[str, Any]:
+        """The request-body fields every attempt of ``request`` sends, the format's aside."""
+        body: dict[str, Any] = {
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+            **tier_options(self.service_tier),
+        }
+        if request.frequency_penalty is not None:
+            body["frequency_penalty"] = request.frequency_penalty
+        return body
+
+    async def _complete(self, request: Request) -> Completion:
+        schema, cache_key = request.schema, request.cache_key
+        sampling = self._sampling(request)
         counted = 0  # failed attempts that used up one of the call's retries
         refused = 0  # flex refusals waited out (they use up no retry)
         floor = 0  # this call's own structured level, after a bare 400 hinted at the format
@@ -220,18 +214,12 @@ class OpenAIClient:
             if endpoint.outage.open and not await self._probe(endpoint):
                 continue  # still down: wait for the next probe (or another endpoint)
             level = max(self.formats.level, floor)
-            sent, extra = self.formats.request(messages, schema, level)
-            body = {
-                "temperature": temperature,
-                "max_tokens": max_tokens,
-                **(sampling or {}),
-                **cache_options(cache_key, endpoint.takes_cache_key),
-                **extra,
-            }
+            sent, extra = self.formats.request(request.messages, schema, level)
+            body = {**sampling, **cache_options(cache_key, endpoint.takes_cache_key), **extra}
             endpoint.in_flight += 1
             sent_at = self._clock()
             try:
-                answer = await self._attempt(endpoint, sent, body, max_tokens)
+                answer = await self._attempt(endpoint, sent, body, request.max_tokens)
             except _Failed as failed:
                 error = failed
             else:
