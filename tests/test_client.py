@@ -95,7 +95,8 @@ async def test_retries_server_errors_then_succeeds() -> None:
 
 @pytest.mark.anyio
 async def test_gives_up_after_max_retries() -> None:
-    """A failing call is tried 1 + --max-retries times, then raises a CallError with the status."""
+    """A failing call is tried 1 + --max-retries times, then raises a CallError with the status
+    and the call's trace data, from the last attempt's own failure."""
     with Simulator(SimConfig(p_503=1.0)) as sim:
         client = make_client(sim, max_retries=2)
         client.outage.threshold = 1000  # this test looks at one call's budget, not outages
@@ -104,7 +105,9 @@ async def test_gives_up_after_max_retries() -> None:
         await client.aclose()
         assert len(sim.requests) == 3
     assert info.value.kind == "http_503"
-    assert info.value.attempts == 3
+    assert info.value.attempts == 3 and [t.status for t in info.value.tries] == [503] * 3
+    assert (info.value.messages, info.value.model) == (list(MESSAGES), "m")
+    assert isinstance(info.value.__cause__, CallError) and info.value.__cause__.status == 503
 
 
 @pytest.mark.anyio

@@ -2,7 +2,8 @@
 
 ::
 
-    chat        OpenAIClient: the one retry layer around the openai SDK
+    chat        OpenAIClient: one chat call around the openai SDK (its retries off)
+    attempts    a call's attempts: the one retry sequence (real time and Batch API lines)
     answers     reading a chat completion (text, usage, tier) and an error's message
     retry       the retry policy (pure functions)
     delays      every wait between attempts and probes: one frozen value, given to the client

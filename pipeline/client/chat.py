@@ -1,15 +1,19 @@
 """The model client: one OpenAI-compatible chat call, paced, paid for, retried, timed out.
 
-This is the only retry layer: the openai SDK is built with ``max_retries=0``, and after
-each failed attempt ``retry.decide`` says whether to retry, fail the record or stop the
-run. Every attempt is paced by the run's limiter, reserved against its budget first, and
-cut off at ``timeout`` seconds, the whole answer included. While an endpoint is in an
-outage its calls wait for one-at-a-time probes (``_probe``). The pieces it composes each
-live in a module of their own: ``retry`` (the policy), ``outage`` (the breaker per
-endpoint), ``formats`` (how feedback JSON is asked for), ``endpoints`` (several
-replicas), ``limits`` (pacing), ``budget`` (the spending cap), ``caching`` (the prompt
-cache key), ``flex`` (service tiers; flex refusals waited out as capacity), ``answers``
-(reading what the endpoint answered).
+The openai SDK is built with ``max_retries=0``: the one retry layer is the call's retry
+sequence (``attempts.Attempts``), which after each failed attempt says whether to step
+down the format ladder, retry, fail the record or stop the run; this client does what it
+says and waits its delays. Before asking it, the endpoint's own refusals are handled
+here: a prompt cache key it does not take, the flex tier's lack of capacity, a URL that
+never answered. Every attempt is paced by the run's limiter, reserved against its budget
+first, and cut off at ``timeout`` seconds, the whole answer included. While an endpoint
+is in an outage its calls wait for one-at-a-time probes (``_probe``). The pieces it
+composes each live in a module of their own: ``attempts`` (the retry sequence), ``retry``
+(its policy), ``delays`` (every wait), ``outage`` (the breaker per endpoint), ``formats``
+(how feedback JSON is asked for), ``endpoints`` (several replicas), ``limits`` (pacing),
+``budget`` (the spending cap), ``caching`` (the prompt cache key), ``flex`` (service
+tiers; flex refusals waited out as capacity), ``answers`` (reading what the endpoint
+answered).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import anyio
@@ -28,6 +33,7 @@ import orjson
 from ..core.steps import Completion, Request, Try
 from ..errors import AuthError, CallError, FatalCallError, UnavailableError
 from .answers import error_message, http_client, read_answer, redact
+from .attempts import Attempts, FailRecord, Retry, StopRun
 from .budget import Reservation, Spending
 from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
 from .context import overflow
@@ -47,10 +53,8 @@ from .outage import (
 from .prices import at_batch_rate
 from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable, unreachable_error
 from .retry import (
-    Decision,
     OutageState,
     classify_status,
-    decide,
     endpoint_fault,
     error_fields,
     quota_spent,
@@ -137,7 +141,7 @@ class OpenAIClient:
                     openai.AsyncOpenAI(
                         api_key=api_key or "no-key",
                         base_url=url,
-                        max_retries=0,  # this class is the one retry layer
+                        max_retries=0,  # the one retry layer is attempts.Attempts
                         timeout=timeout,
                         http_client=http_client(limits),
                     ),
@@ -204,16 +208,15 @@ class OpenAIClient:
     async def _complete(self, request: Request) -> Completion:
         schema, cache_key = request.schema, request.cache_key
         sampling = self._sampling(request)
-        counted = 0  # failed attempts that used up one of the call's retries
+        attempts = Attempts(self._model, self.max_retries, self.delays)
+        ladder = self.formats if schema is not None else None
         refused = 0  # flex refusals waited out (they use up no retry)
-        floor = 0  # this call's own structured level, after a bare 400 hinted at the format
-        tries: list[Try] = []
         started = self._clock()
         while True:
             endpoint = self.endpoints.pick()
             if endpoint.outage.open and not await self._probe(endpoint):
                 continue  # still down: wait for the next probe (or another endpoint)
-            level = max(self.formats.level, floor)
+            level = attempts.level(self.formats)
             sent, extra = self.formats.request(request.messages, schema, level)
             body = {**sampling, **cache_options(cache_key, endpoint.takes_cache_key), **extra}
             endpoint.in_flight += 1
@@ -226,78 +229,69 @@ class OpenAIClient:
                 endpoint.outage.close(sent_at)
                 self.capacity.succeeded()
                 self.formats.succeeded(level)
-                tries.append(Try(200, round(self._clock() - sent_at, 4)))
-                return self._completion(answer, sent, started, tries)
+                tries = attempts.succeeded(round(self._clock() - sent_at, 4))
+                return self._completion(answer, sent, started, len(attempts.tries), tries)
             finally:
                 endpoint.in_flight -= 1
             failure = error.failure
-            tries.append(Try(failure.status or failure.kind, round(self._clock() - sent_at, 4)))
+            attempts.failed(failure, round(self._clock() - sent_at, 4))
+            # The endpoint's own refusals first: they are about it, not about the call.
             sent_key = CACHE_KEY_PARAM in body  # (a refusal once the key is dropped fails)
             if sent_key and cache_key_refused(failure.status, str(failure), error.param):
                 endpoint.takes_cache_key = False  # unknown to this server: go again without
                 continue
             if self.service_tier == FLEX and flex_refused(failure.status, error.code):
                 refused += 1
-                await self._wait_capacity(failure, refused, tries, sent)
+                await self._wait_capacity(failure, refused, attempts, sent)
                 continue
-            if schema is not None and failure.status is not None:
-                next_level = self.formats.refused(
-                    failure.status, str(failure), level, code=error.code, param=error.param
-                )
-                if next_level is not None:  # a format probe is not a failed attempt
-                    floor = next_level
-                    continue
-            failure.attempts, failure.tries = len(tries), tuple(tries)
-            failure.messages, failure.model = sent, self._model
             if error.unreachable is not None and self.succeeded == 0:  # a wrong URL: stop
-                raise unreachable_error(base_url(endpoint.conn), error.unreachable) from failure
-            decision = self._decide(endpoint, error, sent_at, counted + 1)
-            if decision.action == "stop" and not isinstance(failure, FatalCallError):
-                stop = endpoint.outage.unavailable(failure)
-                stop.attempts, stop.tries, stop.messages = len(tries), tuple(tries), sent
-                stop.model = self._model
-                raise stop from failure
-            if decision.action != "retry":
-                raise failure
-            self.retries += 1
-            if decision.counted:
-                counted += 1
-                await anyio.sleep(decision.delay)
-            # Not counted: the endpoint is in an outage, and the call waits for its probes
-            # (or goes to another endpoint) when it comes round again.
+                stop = unreachable_error(base_url(endpoint.conn), error.unreachable)
+                raise attempts.final(stop, sent) from failure
+            verdict = attempts.after(
+                failure,
+                sent,
+                level,
+                ladder=ladder,
+                code=error.code,
+                param=error.param,
+                wait=error.wait,
+                outage=partial(self._breaker, endpoint, sent_at, error.wait),
+                jitter=self._rng.random,
+            )
+            if isinstance(verdict, FailRecord | StopRun):
+                raise verdict.error from verdict.cause
+            if isinstance(verdict, Retry):
+                self.retries += 1
+                if verdict.counted:
+                    await anyio.sleep(verdict.delay)
+                # Not counted: the endpoint is in an outage, and the call waits for its
+                # probes (or goes to another endpoint) when it comes round again.
+            # A StepDown goes again at once, at its lower level.
 
     async def _wait_capacity(
-        self, failure: CallError, refused: int, tries: list[Try], sent: list[dict[str, str]]
+        self, failure: CallError, refused: int, attempts: Attempts, sent: list[dict[str, str]]
     ) -> None:
         """Wait out a flex refusal; UnavailableError once flex has had no capacity too long."""
         delay = self.capacity.refusal(refused, self._rng.random())
         if self.capacity.exceeded():
-            stop = self.capacity.unavailable(failure)
-            stop.attempts, stop.tries, stop.messages = len(tries), tuple(tries), sent
-            stop.model = self._model
-            raise stop from failure
+            raise attempts.final(self.capacity.unavailable(failure), sent) from failure
         await anyio.sleep(delay)
 
-    def _decide(
-        self, endpoint: Endpoint[openai.AsyncOpenAI], error: _Failed, sent_at: float, attempt: int
-    ) -> Decision:
-        """Count an endpoint fault on the breaker, then ask the policy what follows."""
-        failure, outage = error.failure, endpoint.outage
+    def _breaker(
+        self,
+        endpoint: Endpoint[openai.AsyncOpenAI],
+        sent_at: float,
+        wait: float | None,
+        failure: CallError,
+    ) -> OutageState:
+        """Count an endpoint fault on the endpoint's breaker; the state the policy sees."""
+        outage = endpoint.outage
         if endpoint_fault(failure):
-            delay = self.delays.probe_after(outage.probes, self._rng.random(), error.wait)
-            outage.failed(sent_at, delay)
+            outage.failed(sent_at, self.delays.probe_after(outage.probes, self._rng.random(), wait))
         state = outage.state(self.succeeded > 0)
         if state.exceeded and self.endpoints.healthy():  # the others carry the run
-            state = OutageState(open=True)
-        return decide(
-            failure,
-            attempt=attempt,
-            max_retries=self.max_retries,
-            outage=state,
-            rand=self._rng.random(),
-            wait=error.wait,
-            delays=self.delays,
-        )
+            return OutageState(open=True)
+        return state
 
     async def _probe(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> bool:
         """Wait for this call's turn to probe an endpoint in an outage, then probe it.
@@ -347,7 +341,12 @@ class OpenAIClient:
         return None
 
     def _completion(
-        self, answer: dict[str, Any], sent: list[dict[str, str]], started: float, tries: list[Try]
+        self,
+        answer: dict[str, Any],
+        sent: list[dict[str, str]],
+        started: float,
+        attempts: int,
+        tries: tuple[Try, ...],
     ) -> Completion:
         usage = answer["usage"]
         return Completion(
@@ -356,11 +355,11 @@ class OpenAIClient:
             completion_tokens=usage["completion_tokens"],
             cached_tokens=usage["cached_tokens"],
             latency_s=round(self._clock() - started, 4),
-            attempts=len(tries),
+            attempts=attempts,
             finish_reason=answer["finish_reason"],
             messages=sent,
             model=self._model,
-            tries=tuple(tries) if len(tries) > 1 else (),
+            tries=tries,
             service_tier=answer["service_tier"],
         )
 

@@ -134,6 +134,7 @@ class OutageState:
 
     open: bool = False  # the endpoint keeps failing: requests wait for one-at-a-time probes
     exceeded: bool = False  # ... and has done so for longer than the run waits
+    duration_s: float = 0.0  # how long it has been failing (named by the error that stops)
 
 
 @dataclass(frozen=True, slots=True)
