@@ -210,7 +210,7 @@ def old_layout(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
     return [*system, {"role": "user", "content": content}]
 
 
-class OldLayout:
+class OldLayout(ModelClient):
     """A model client that sends every call in the old layout (``old_layout``)."""
 
     def __init__(self, inner: ModelClient) -> None:
@@ -337,7 +337,7 @@ async def replay(layout: str, model_name: str | None, traces: Path, concurrency:
                 async with limit:
                     await client.chat.completions.create(
                         model=server.model,
-                        messages=sent,
+                        messages=sent,  # type: ignore[arg-type]  # plain dicts, not its TypedDicts
                         max_tokens=max(1, int(step["usage"].get("completion_tokens", 1))),
                         temperature=0,
                         extra_body={"ignore_eos": True},

@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 
-from pipeline.core.steps import Completion, Request, Step
+from pipeline.core.steps import Completion, ModelClient, Request, Step
 
 
 class RecordingSink:
@@ -25,7 +25,7 @@ class RecordingSink:
         self.saved.append((record_id, index, step))
 
 
-class ScriptedClient:
+class ScriptedClient(ModelClient):  # the protocol named, so mypy holds it to it
     """Answers from a script (a text, a Completion or an exception to raise); records each call.
 
     With ``gate=n`` every call waits until ``n`` calls are in flight at once (to show how

@@ -41,14 +41,14 @@ def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     return path
 
 
-def read_jsonl(path: Path) -> list[dict[str, object]]:
-    """Every line of a JSONL file, parsed."""
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every line of a JSONL file, parsed (JSON: any value under a key)."""
     if not path.exists():
         return []
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
-def tasks(n: int, start: int = 0) -> list[dict[str, object]]:
+def tasks(n: int, start: int = 0) -> list[dict[str, str]]:
     """``n`` distinct code-improve records."""
     return [
         {"id": f"r{i}", "task": f"Write a Python function number {i} that sums a list"}

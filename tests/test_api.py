@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from pipeline import ConfigError, FatalCallError, JobError, RunSummary, Settings, run
-from pipeline.core.steps import Completion, Request
+from pipeline.core.steps import Completion, ModelClient, Request
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import tasks, write_jsonl
 
 
-class Misconfigured:
+class Misconfigured(ModelClient):
     """A model client that finds, at its first call, that it cannot work at all."""
 
     model = "m"

@@ -15,7 +15,7 @@ from pipeline.backends.batch.api import BatchIssue
 from pipeline.client.formats import FormatLadder
 from pipeline.client.prices import PriceBook
 from pipeline.commands.status import collect
-from pipeline.core.steps import Completion, Request
+from pipeline.core.steps import Completion, ModelClient, Request
 from tests.fake_batches import FakeBatchAPI, FakeClock, answer_text, completion
 from tests.fakes import ScriptedClient
 from tests.helpers import read_jsonl, tasks, write_jsonl
@@ -55,7 +55,7 @@ def batch_run(
     )
 
 
-class EchoClient:
+class EchoClient(ModelClient):
     """A real-time client answering exactly as the fake Batch API answers a line."""
 
     def __init__(self) -> None:
@@ -112,7 +112,7 @@ def test_batch_run_matches_real_time_at_half_the_cost(tmp_path: Path) -> None:
         ]
         assert all(s["batch_id"] in batch_ids for s in steps)
     # Feedback lines ask for the schema exactly as the real-time client does.
-    formats = [b.get("response_format") for b in api.bodies if "response_format" in b]
+    formats = [b["response_format"] for b in api.bodies if "response_format" in b]
     assert formats and all(
         f["type"] == "json_schema" and f["json_schema"]["strict"] for f in formats
     )

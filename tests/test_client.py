@@ -238,6 +238,7 @@ class _TerseServer:
             def do_POST(self) -> None:
                 body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 seen.append(body)
+                payload: dict[str, Any]
                 if "response_format" in body:
                     status, payload = 400, {"error": {"message": "Bad Request"}}
                 else:

@@ -104,7 +104,7 @@ def test_a_record_too_long_for_a_known_model_fails_unsent(tmp_path: Path) -> Non
     assert not any("context context" in m["content"] for b in sent for m in b["messages"])
     out = {o["id"]: o for o in read_jsonl(tmp_path / "run" / "outputs.jsonl")}
     assert out["huge"]["status"] == "failed"
-    assert out["huge"]["usage"]["calls"] == 0  # type: ignore[index]
+    assert out["huge"]["usage"]["calls"] == 0
     error = out["huge"]["error"]
     assert isinstance(error, dict) and error["type"] == CONTEXT_LENGTH
     assert "128,000-token context window of gpt-4o-mini" in error["message"]

@@ -523,7 +523,11 @@ async def test_answer_whose_prose_was_cut_off_is_whole() -> None:
 @pytest.mark.anyio
 async def test_feedback_cut_off_is_repaired_and_resume_keeps_the_penalty() -> None:
     """A cut-off feedback is asked again with a penalty, also right after a resume."""
-    script = [code("v0"), cut_off(RUNAWAY), feedback(3, done=True)]
+    script: list[str | Completion | Exception] = [
+        code("v0"),
+        cut_off(RUNAWAY),
+        feedback(3, done=True),
+    ]
     outcome, client, _ = await run(script)
     assert [s.kind for s in outcome.steps] == [Kind.ANSWER, Kind.FEEDBACK, Kind.REPAIR]
     assert client.penalties == [None, None, RETRY_FREQUENCY_PENALTY]
