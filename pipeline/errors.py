@@ -9,7 +9,8 @@ with ``raise ... from err``::
     │   ├── RunDirError        RUN_DIR belongs to another job, model or input
     │   ├── RunLocked          another process holds RUN_DIR
     │   ├── BatchFailed        the Batch API refused a batch for good (its errors shown)
-    │   └── LocalModelError    the local model cannot be had or served (pipeline.backends.local)
+    │   ├── SandboxError       kernel isolation for programs is missing (strict mode)
+    │   └── LocalModelError    the local model cannot be had or served (pipeline.serving)
     │       ├── UnknownModelError      not a known name, hf: reference or .gguf file
     │       ├── ModelFetchError        packages or the hub could not deliver the file
     │       │   └── ModelIntegrityError    the file has the wrong SHA-256 or size
@@ -63,6 +64,10 @@ class RunDirError(ConfigError):
 
 class RunLocked(ConfigError):
     """Another live process holds the RUN_DIR lock."""
+
+
+class SandboxError(ConfigError):
+    """A job runs programs and a kernel layer of the sandbox is missing (no --sandbox weak)."""
 
 
 class BatchFailed(ConfigError):

@@ -1,12 +1,12 @@
 """Running a job over an input into a run directory: ``pipeline.run``, ``arun`` and ``resume``.
 
-The composition root: the one module that knows every backend. It resolves the job and
-the settings, starts local servers where asked, writes the manifest, opens the clients
-and hands a ``Session`` to a driver: the real-time pool (``run.realtime``), the Batch API
-(``backends.batch``) or Ray (``backends.cluster``). Data flows one way: the reader streams
-records to the driver, which runs each record's loop; every completed call goes to the
-journal before the loop moves on; a finished record goes to outputs.jsonl and
-traces.jsonl. Resume is the journal replaying its steps.
+The composition root. It resolves the job and the settings, looks up the backend the
+settings name (``backends.chosen``: real time, the Batch API or Ray; it never asks which
+it has), starts local servers where asked (``serving``), writes the manifest, makes the
+``Session`` and asks the backend to open its driver over it and run it. Data flows one way:
+the reader streams records to the driver, which runs each record's loop; every completed
+call goes to the journal before the loop moves on; a finished record goes to outputs.jsonl
+and traces.jsonl. Resume is the journal replaying its steps.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ import os
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from .client.chat import OpenAIClient
+from .backends import Backend, Driver, chosen, name_of
+from .client.models import ModelId
 from .client.prices import PriceBook, price_book
 from .core.jobs import Job
 from .core.loader import load_job
-from .core.steps import ModelClient
 from .errors import ConfigError, RefineError, RunDirError, StoreError
 from .io.inputs import check_input
 from .io.records import fingerprint, fixed_in_place, kept_lines, same_input
-from .runs.clients import ClientPlan, Endpoint, Models, open_client
+from .runs.clients import ClientPlan, Endpoint
 from .runs.manifest import (
     InputInfo,
     JobInfo,
@@ -39,44 +39,47 @@ from .runs.manifest import (
     refuse_different,
 )
 from .runs.outputs import rejected_lines
-from .runs.realtime import Driver, run_realtime
 from .runs.restart import made_no_call, start_over
 from .runs.rundir import RunDir
-from .runs.session import EXIT, RunSummary, Session, StopReason, stop_reason_of
+from .runs.session import EXIT, CallCounts, RunSummary, Session, StopReason, stop_reason_of
 from .runs.settings import Settings, effective_job, resolve
 from .runs.urls import OPENAI_URL, carry_endpoints, endpoint_use, record_endpoints
-
-if TYPE_CHECKING:
-    from .backends.batch import BatchClients
+from .sandbox import Isolation, SandboxMode, require_isolation, use_mode
 
 __all__ = ["EXIT", "RunSummary", "Settings", "aresume", "arun", "resume", "run"]
 
 log = logging.getLogger("refine")
 
 
-def _driver(settings: Settings) -> Driver:
-    if settings.batch:
-        from .backends.batch import check_settings, run_batches
-
-        check_settings(settings)
-        return run_batches
-    if settings.workers is not None:
-        from .backends.cluster import ray_driver  # Ray is an optional extra
-
-        return ray_driver()
-    return run_realtime
+def _backend(settings: Settings, given: Backend | None) -> Backend:
+    """The backend the settings name; one given must be the one they name."""
+    name = name_of(settings)
+    if given is not None and given.name != name:
+        raise ConfigError(
+            f"the backend given runs {given.name!r}, the settings ask for {name!r} "
+            "(batch: --batch, ray: --workers, else realtime)"
+        )
+    backend = chosen(settings) if given is None else given
+    backend.check(settings)
+    return backend
 
 
 async def _execute(
-    session: Session, models: Models, driver: Driver, install_signal_handlers: bool
+    session: Session, backend: Backend, plan: ClientPlan, install_signal_handlers: bool
 ) -> RunSummary:
+    driver: Driver | None = None
+
+    def counts() -> CallCounts:
+        return CallCounts() if driver is None else driver.counts()
+
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(session.journal.run)
-            tg.start_soon(session.supervise, models, tg.cancel_scope, install_signal_handlers)
+            tg.start_soon(session.supervise, counts, tg.cancel_scope, install_signal_handlers)
             try:
-                await models.preflight()
-                await driver(session, models)
+                async with backend.open(session, plan) as driver:
+                    await driver.preflight()
+                    await driver.run()
             except* RefineError as group:  # once started, how a run ends is its summary's
                 err = group.exceptions[0]
                 session.stop.set(stop_reason_of(err), err)
@@ -85,12 +88,26 @@ async def _execute(
         session.stop.set(StopReason.SIGNAL, KeyboardInterrupt("SIGINT"))
         raise
     finally:
-        summary = session.close(models)
+        summary = session.close(counts())
     return summary
 
 
+def _isolation(job: Job, settings: Settings) -> Isolation | None:
+    """For a job that runs programs: the isolation they get here, said in the log (raises
+    SandboxError in strict mode when a kernel layer is missing)."""
+    if not job.runs_programs:
+        return None
+    isolation = require_isolation(settings.sandbox)
+    if isolation.missing:
+        log.warning("sandbox: %s", isolation.describe())
+    else:
+        log.info("sandbox: %s", isolation.describe())
+    return isolation
+
+
 def _resolve_endpoint(settings: Settings) -> Endpoint:
-    return Endpoint(settings.model, settings.model, settings.base_urls(), settings.structured, None)
+    model = settings.model
+    return Endpoint(model, ModelId.parse(model), settings.base_urls(), settings.structured, None)
 
 
 @contextlib.asynccontextmanager
@@ -98,7 +115,7 @@ async def _endpoints(
     settings: Settings, run_dir: Path
 ) -> AsyncIterator[tuple[Endpoint, Endpoint | None]]:
     """Where the generator and the critic are served; starts local models as needed."""
-    from .backends.local.serving import serve as serve_local  # the local extra, when asked for
+    from .serving.endpoint import serve as serve_local  # the local extra, when asked for
 
     async with contextlib.AsyncExitStack() as stack:
         if settings.local:
@@ -124,24 +141,11 @@ async def _endpoints(
                 if settings.feedback_base_url
                 else (() if settings.local else generator.urls)
             )
-            critic = Endpoint(
-                settings.feedback_model, settings.feedback_model, urls, settings.structured, None
-            )
+            model = settings.feedback_model
+            critic = Endpoint(model, ModelId.parse(model), urls, settings.structured, None)
         if critic is not None and critic.model_id == generator.model_id:
             critic = None  # the critic is the generator
         yield generator, critic
-
-
-def _batch_clients(
-    settings: Settings, api_key: str | None, generator: Endpoint, critic: Endpoint | None
-) -> BatchClients:
-    from .backends.batch import open_clients
-
-    def side(e: Endpoint) -> tuple[str, str | None]:
-        return e.model, e.urls[0] if e.urls else None
-
-    critic_side = None if critic is None else side(critic)
-    return open_clients(settings, api_key, side(generator), critic_side)
 
 
 def _manifest(
@@ -155,8 +159,8 @@ def _manifest(
     return Manifest(
         job=JobInfo(job.name, job.content_hash, job.source),
         input=InputInfo(str(input_path.resolve()), input_fingerprint),
-        model=generator.model_id,
-        feedback_model=None if critic is None else critic.model_id,
+        model=str(generator.model_id),
+        feedback_model=None if critic is None else str(critic.model_id),
         base_url=clean_url(generator.urls[0]) if generator.urls else None,
         # the structured level actually tried first (the local server's, with --local)
         settings=replace(settings, structured=generator.structured),
@@ -167,9 +171,9 @@ def _manifest(
 
 def _check_budget(prices: PriceBook, generator: Endpoint, critic: Endpoint | None) -> None:
     for side in (generator, critic):
-        if side is not None and not prices.known(side.model_id):
+        if side is not None and not prices.known(str(side.model_id)):
             raise ConfigError(
-                f"--budget needs the price of {side.model_id!r}, which is not in the "
+                f"--budget needs the price of {str(side.model_id)!r}, which is not in the "
                 "built-in table: give it with --prices FILE (JSON or TOML: model -> "
                 "{input, output[, cached_input, batch]}, dollars per million tokens)"
             )
@@ -182,6 +186,7 @@ def _begin(
     input_path: Path,
     settings: Settings,
     sides: tuple[Endpoint, Endpoint | None],
+    isolation: Isolation | None,
 ) -> Manifest:
     """The manifest of this invocation, written: a new run's, or the next of the same run.
 
@@ -194,6 +199,8 @@ def _begin(
     # (a continued run keeps its own, checked by _same_input).
     known = old.input.fingerprint if old is not None else fingerprint(input_path)
     manifest = _manifest(job, input_path, settings, generator, critic, known)
+    if isolation is not None:
+        manifest = replace(manifest, sandbox=isolation.as_json())
     if old is not None:
         change = identity_change(old, manifest)
         recorded = _same_input(rd, input_path, old)
@@ -259,34 +266,6 @@ def _keep_rejected(manifest: Manifest, input_path: Path, rejected: set[int]) -> 
     return replace(manifest, input=replace(manifest.input, fingerprint=kept))
 
 
-def _models(
-    settings: Settings,
-    api_key: str | None,
-    session: Session,
-    sides: tuple[Endpoint, Endpoint | None],
-    client: ModelClient | None,
-    critic: ModelClient | None,
-) -> Models:
-    """The run's clients: those given, else opened on the generator's and critic's sides."""
-    generator, critic_side = sides
-    owned: list[OpenAIClient] = []
-    gen_client = client
-    if gen_client is None:
-        gen_client = open_client(generator, settings, api_key, session.budget)
-        owned.append(gen_client)
-    critic_client = critic
-    if critic_client is None and critic_side is not None:
-        if critic_side is generator and isinstance(gen_client, OpenAIClient):
-            critic_client = gen_client
-        else:
-            critic_client = open_client(critic_side, settings, api_key, session.budget)
-            owned.append(critic_client)
-    models = Models(gen_client, critic_client, tuple(owned))
-    if settings.workers is not None:
-        models.plan = ClientPlan(generator, critic_side, api_key)
-    return models
-
-
 async def arun(
     job: Job | str,
     input_path: str | Path,
@@ -294,26 +273,27 @@ async def arun(
     settings: Settings | None = None,
     *,
     api_key: str | None = None,
-    client: ModelClient | None = None,
-    critic: ModelClient | None = None,
+    backend: Backend | None = None,
     show_progress: bool = True,
     install_signal_handlers: bool = False,
-    batch: BatchClients | None = None,
 ) -> RunSummary:
     """Run (or continue) ``job`` over ``input_path`` into ``out_dir``; async form of ``run``.
 
     What stops the run from starting (a ConfigError: the job, input, settings, run
     directory or local model; a StoreError: the directory cannot be written) is raised;
     once started, however the run ends is returned: the summary's exit status, message
-    and error (docs/api.md). ``client`` (and ``critic``) replace the OpenAI clients, and
-    ``batch`` the Batch API clients of ``--batch``, for tests and embedding.
+    and error (docs/api.md). ``backend`` replaces the one the settings name by a backend
+    of that name built otherwise, e.g. ``RealTimeBackend(client, critic)`` over clients of
+    your own, for tests and embedding.
     """
     job = load_job(job) if isinstance(job, str) else job
     input_path = Path(input_path)
     check_input(input_path)  # a ConfigError naming the file and the formats accepted
     settings = resolve(settings or Settings(), job.max_iters)
     job = effective_job(job, settings)
-    driver = _driver(settings)
+    backend = _backend(settings, backend)
+    # before a local server starts or a call is made (a child runs: off the event loop)
+    isolation = await anyio.to_thread.run_sync(_isolation, job, settings)
     if api_key is None:
         api_key = os.environ.get("OPENAI_API_KEY")
     prices = price_book(settings.prices)
@@ -324,7 +304,7 @@ async def arun(
         if note:
             log.warning("%s", note)
         async with _endpoints(settings, rd.path) as (generator, critic_side):
-            needs_key = client is None and not settings.local and not generator.urls
+            needs_key = backend.opens_clients and not settings.local and not generator.urls
             if needs_key and not api_key:
                 raise ConfigError(
                     "OPENAI_API_KEY is not set (or give --base-url for a server "
@@ -336,17 +316,13 @@ async def arun(
                 )
             if settings.budget is not None:
                 _check_budget(prices, generator, critic_side)
-            if settings.workers is not None and (client is not None or critic is not None):
-                raise ConfigError("--workers opens its clients on the Ray workers: give no client")
-            manifest = _begin(rd, old, job, input_path, settings, (generator, critic_side))
+            manifest = _begin(
+                rd, old, job, input_path, settings, (generator, critic_side), isolation
+            )
             session = Session(job, input_path, rd, manifest, prices, show_progress)
-            models = _models(settings, api_key, session, (generator, critic_side), client, critic)
-            if settings.batch:
-                models.batch = batch or _batch_clients(settings, api_key, generator, critic_side)
-            try:
-                summary = await _execute(session, models, driver, install_signal_handlers)
-            finally:
-                await models.aclose()
+            plan = ClientPlan(generator, critic_side, api_key)
+            with use_mode(settings.sandbox):
+                summary = await _execute(session, backend, plan, install_signal_handlers)
             manifest = _keep_rejected(manifest, input_path, session.outputs.errors.keys)
             with contextlib.suppress(StoreError):
                 rd.write_manifest(manifest.finished(summary.state, summary.exit_code))
@@ -364,32 +340,37 @@ def run(
     return anyio.run(lambda: arun(job, input_path, out_dir, settings, **kwargs))
 
 
-def resume_args(run_dir: str | Path) -> tuple[str, Path, Settings]:
+def resume_args(
+    run_dir: str | Path, sandbox: SandboxMode = SandboxMode.STRICT
+) -> tuple[str, Path, Settings]:
     """The job, input and settings to continue the run in ``run_dir`` with.
 
     A run started on the default local model goes on with the model it started with,
     should the default have changed since (the manifest records it as ``local:NAME``).
+    Weaker isolation is never inherited: ``sandbox`` is this invocation's.
     """
     manifest = RunDir(Path(run_dir)).require_manifest()
-    settings = manifest.settings
-    if settings.local and settings.local_model is None and manifest.model.startswith("local:"):
-        settings = replace(settings, local_model=manifest.model.removeprefix("local:"))
-    started = manifest.feedback_model or ""
-    if (
-        settings.critic_is_local
-        and settings.critic_local_model is None
-        and started.startswith("local:")
-    ):
-        settings = replace(settings, feedback_model=started)
+    settings = replace(manifest.settings, sandbox=sandbox)
+    generator = ModelId.parse(manifest.model)
+    if settings.local and settings.local_model is None and generator.is_local:
+        settings = replace(settings, local_model=generator.name)
+    critic = ModelId.parse(manifest.feedback_model or "")
+    if settings.critic_is_local and settings.critic_local_model is None and critic.is_local:
+        settings = replace(settings, feedback_model=str(critic))
     return manifest.job.source, Path(manifest.input.path), settings
 
 
-async def aresume(run_dir: str | Path, **kwargs: Any) -> RunSummary:
-    """Continue the run in ``run_dir`` with the settings its manifest records (async)."""
-    job, input_path, settings = resume_args(run_dir)
+async def aresume(
+    run_dir: str | Path, *, sandbox: SandboxMode = SandboxMode.STRICT, **kwargs: Any
+) -> RunSummary:
+    """Continue the run in ``run_dir`` with the settings its manifest records (async);
+    programs run in ``sandbox`` mode, whatever the earlier invocations had."""
+    job, input_path, settings = resume_args(run_dir, sandbox)
     return await arun(job, input_path, run_dir, settings, **kwargs)
 
 
-def resume(run_dir: str | Path, **kwargs: Any) -> RunSummary:
+def resume(
+    run_dir: str | Path, *, sandbox: SandboxMode = SandboxMode.STRICT, **kwargs: Any
+) -> RunSummary:
     """Continue the run in ``run_dir`` with the settings its manifest records."""
-    return anyio.run(lambda: aresume(run_dir, **kwargs))
+    return anyio.run(lambda: aresume(run_dir, sandbox=sandbox, **kwargs))

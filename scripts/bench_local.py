@@ -61,20 +61,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, arun, load_job  # noqa: E402
-from pipeline.backends.local import (  # noqa: E402
-    DEFAULT_SLOTS,
-    LocalServer,
-    resolve_model,
-    slots_for,
-)
-from pipeline.backends.local.server import SLOTS_ENV  # noqa: E402
+from pipeline.backends.realtime import RealTimeBackend  # noqa: E402
 from pipeline.client.chat import OpenAIClient  # noqa: E402
 from pipeline.client.limits import Limiter  # noqa: E402
+from pipeline.client.models import ModelId  # noqa: E402
 from pipeline.core.answers import extract_code  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
 from pipeline.core.steps import Completion, ModelClient, Request  # noqa: E402
 from pipeline.io.records import read_records  # noqa: E402
 from pipeline.sandbox import syntax_problem  # noqa: E402
+from pipeline.serving import (  # noqa: E402
+    DEFAULT_SLOTS,
+    LocalServer,
+    resolve_model,
+    slots_for,
+)
+from pipeline.serving.server import SLOTS_ENV  # noqa: E402
 
 RECORDS = ROOT / "scripts" / "data" / "bench_local.jsonl"
 NEAR_BEST = 0.95
@@ -264,7 +266,7 @@ async def run_layout(
     model = await anyio.to_thread.run_sync(resolve_model, model_name)
     async with LocalServer(model, parallel=slots_for(args.concurrency)) as server:
         client = OpenAIClient(
-            model=f"local:{server.model}",
+            model=str(ModelId.local(server.model)),
             request_model=server.model,
             base_url=server.base_url,
             api_key="local",
@@ -288,7 +290,8 @@ async def run_layout(
         out = (args.work or work.parent) / f"{work.name}-{layout}"
         started = time.perf_counter()
         try:
-            await arun(job, records, out, settings, client=used, show_progress=False)
+            backend = RealTimeBackend(used)
+            await arun(job, records, out, settings, backend=backend, show_progress=False)
         finally:
             wall = time.perf_counter() - started
             await client.aclose()
@@ -489,7 +492,7 @@ def main() -> None:
         )
     print(
         f"\ndefault slots: {pick_slots(best)} (smallest level within 5% of the best; "
-        f"pipeline.backends.local.DEFAULT_SLOTS is {DEFAULT_SLOTS})"
+        f"pipeline.serving.DEFAULT_SLOTS is {DEFAULT_SLOTS})"
     )
     if args.tune:
         variants: list[tuple[str, dict[str, object]]] = [

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import ConfigError, FatalCallError, JobError, RunSummary, Settings, run
+from pipeline.backends.realtime import RealTimeBackend
 from pipeline.core.steps import Completion, ModelClient, Request
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import tasks, write_jsonl
@@ -37,7 +38,8 @@ def test_an_error_once_started_is_returned_with_its_exit_status(tmp_path: Path) 
     not an exception, as an unknown model found by the endpoint is."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(2))
     summary = run(
-        "code-improve", inp, tmp_path / "a", Settings(max_iters=0), client=Misconfigured(),
+        "code-improve", inp, tmp_path / "a", Settings(max_iters=0),
+        backend=RealTimeBackend(Misconfigured()),
         show_progress=False,
     )  # fmt: skip
     assert isinstance(summary, RunSummary)

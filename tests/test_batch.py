@@ -10,25 +10,24 @@ import orjson
 import pytest
 
 from pipeline import RunSummary, Settings, run
-from pipeline.backends.batch import BatchClients, BatchConfig, Side, cancel, read_ledger
+from pipeline.backends.batch import BatchBackend, BatchConfig, read_ledger
 from pipeline.backends.batch.api import BatchIssue
+from pipeline.backends.realtime import RealTimeBackend
 from pipeline.client.formats import FormatLadder
 from pipeline.client.prices import PriceBook
+from pipeline.commands.cancel import cancel
 from pipeline.commands.status import collect
 from pipeline.core.steps import Completion, ModelClient, Request
 from tests.fake_batches import FakeBatchAPI, FakeClock, answer_text, completion
-from tests.fakes import ScriptedClient
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
 MODEL = "gpt-4o-mini"
 FAST = BatchConfig(creates_per_s=1e6, polls_per_s=1e6)
 
 
-def clients(api: FakeBatchAPI, clock: FakeClock, config: BatchConfig = FAST) -> BatchClients:
-    """Batch clients over the fake API, paced by the fake clock."""
-    return BatchClients(
-        Side("generator", MODEL, api), config=config, sleep=clock.sleep, clock=clock
-    )
+def backend(api: FakeBatchAPI, clock: FakeClock, config: BatchConfig = FAST) -> BatchBackend:
+    """The Batch API backend over the fake API, paced by the fake clock."""
+    return BatchBackend(api, config=config, sleep=clock.sleep, clock=clock)
 
 
 def batch_run(
@@ -40,7 +39,7 @@ def batch_run(
     clock: FakeClock | None = None,
     **kw: Any,
 ) -> RunSummary:
-    """Run code-improve with --batch over the fake; no real-time call may be made."""
+    """Run code-improve with --batch over the fake (the run opens no real-time client)."""
     base: dict[str, Any] = dict(model=MODEL, base_url="http://unused.invalid/v1", max_iters=2)
     base.update(kw)
     return run(
@@ -50,8 +49,7 @@ def batch_run(
         Settings(batch=True, **base),
         api_key="k",
         show_progress=False,
-        client=ScriptedClient(),  # asserts when called: every call must go through batches
-        batch=clients(api, clock or FakeClock(), config),
+        backend=backend(api, clock or FakeClock(), config),
     )
 
 
@@ -93,7 +91,7 @@ def test_batch_run_matches_real_time_at_half_the_cost(tmp_path: Path) -> None:
         inp,
         tmp_path / "rt",
         Settings(model=MODEL, max_iters=2),
-        client=EchoClient(),
+        backend=RealTimeBackend(EchoClient()),
         show_progress=False,
     )
     assert real.exit_code == 0
@@ -375,7 +373,7 @@ def test_cancel_then_run_collects_and_resends(tmp_path: Path) -> None:
     clock = FakeClock()
     first = batch_run(api, inp, tmp_path / "run", max_iters=0, detach=True, clock=clock)
     assert first.exit_code == 75
-    infos = cancel(tmp_path / "run", clients=clients(api, clock))
+    infos = cancel(tmp_path / "run", api=api)
     assert [i.status for i in infos] == ["cancelled"]
     assert read_ledger(tmp_path / "run" / "batches.jsonl").entries.popitem()[1].cancelled
     again = batch_run(api, inp, tmp_path / "run", max_iters=0, clock=clock)
@@ -396,10 +394,10 @@ def test_cancel_deletes_the_input_file_of_a_batch_never_created(tmp_path: Path) 
     (entry,) = read_ledger(ledger).entries.values()
     assert entry.batch_id is None and entry.file_id in api.files
     api.delete_status = 500
-    assert cancel(tmp_path / "run", clients=clients(api, clock)) == []
+    assert cancel(tmp_path / "run", api=api) == []
     assert entry.token in read_ledger(ledger).entries and entry.file_id in api.files
     api.delete_status = None
-    assert cancel(tmp_path / "run", clients=clients(api, clock)) == []
+    assert cancel(tmp_path / "run", api=api) == []
     assert read_ledger(ledger).entries == {} and api.files == {}
     assert api.deleted == [entry.file_id]
     again = batch_run(api, inp, tmp_path / "run", max_iters=0, clock=clock)

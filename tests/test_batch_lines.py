@@ -155,7 +155,6 @@ def test_batch_info_reads_the_api_object() -> None:
             {"REFINE_BATCH_MAX_BYTES": "4096", "REFINE_BATCH_POLLS_PER_S": "0.5"},
             BatchConfig(max_bytes=4096, polls_per_s=0.5),
         ),
-        ({"REFINE_BATCH_CRASH": "after_create"}, BatchConfig(crash="after_create")),
         ({"REFINE_BATCH_WINDOW": ""}, BatchConfig()),
     ],
 )

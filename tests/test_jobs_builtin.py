@@ -258,7 +258,7 @@ LOOPING = "def solution():\n    while True:\n        pass\n"
 def fast_gsm(monkeypatch: pytest.MonkeyPatch) -> None:
     """A short sandbox timeout for looping programs."""
     monkeypatch.setattr(gsm_hooks, "TIMEOUT_S", 0.5)
-    gsm_hooks._run.cache_clear()
+    gsm_hooks._run_in.cache_clear()
 
 
 @pytest.mark.usefixtures("fast_gsm")

@@ -18,7 +18,8 @@ from ..commands import merge as merge_mod
 from ..commands import status as status_mod
 from ..commands.export import export
 from ..errors import ConfigError
-from ..runner import RunSummary, aresume, arun
+from ..runner import EXIT, RunSummary, aresume, arun
+from ..sandbox import SandboxMode
 from .parser import AUTO, settings_from_args
 
 __all__ = ["COMMANDS", "Console"]
@@ -107,7 +108,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     summary = anyio.run(
-        lambda: aresume(args.run_dir, show_progress=not args.quiet, install_signal_handlers=True)
+        lambda: aresume(
+            args.run_dir,
+            sandbox=SandboxMode(args.sandbox),
+            show_progress=not args.quiet,
+            install_signal_handlers=True,
+        )
     )
     _print_summary(summary)
     return summary.exit_code
@@ -146,7 +152,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    from ..backends.batch import acancel
+    from ..commands.cancel import acancel
 
     infos = anyio.run(lambda: acancel(args.run_dir))
     for info in infos:
@@ -187,6 +193,17 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sandbox(args: argparse.Namespace) -> int:
+    from ..commands import sandbox as sandbox_mod
+
+    found = sandbox_mod.check()
+    if args.json:
+        Console.print(orjson.dumps(found.as_json(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        Console.print(sandbox_mod.render(found))
+    return 0 if found.ok else EXIT["config"]
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _cmd_run,
     "resume": _cmd_resume,
@@ -198,4 +215,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cancel": _cmd_cancel,
     "export": _cmd_export,
     "merge": _cmd_merge,
+    "sandbox": _cmd_sandbox,
 }

@@ -11,11 +11,13 @@ from ..client.delays import RETRY_AFTER_CAP_S
 from ..client.flex import SERVICE_TIERS
 from ..errors import ConfigError
 from ..runs.settings import Settings, parse_shard
+from ..sandbox import SandboxMode
 
 __all__ = [
     "AUTO",
     "add_pace_options",
     "add_run_options",
+    "add_sandbox_option",
     "non_negative_int",
     "positive_float",
     "positive_int",
@@ -81,6 +83,20 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     _add_models(p)
     _add_loop_options(p)
     _add_input_options(p)
+    add_sandbox_option(p)
+
+
+def add_sandbox_option(p: argparse.ArgumentParser) -> None:
+    """--sandbox: the isolation the programs a job runs need (this invocation's only)."""
+    p.add_argument(
+        "--sandbox",
+        choices=[m.value for m in SandboxMode],
+        default=SandboxMode.STRICT.value,
+        help="isolation for the programs a job runs (gsm, code-improve, code-optimize): "
+        "strict (default) stops before any call where the kernel lacks a layer (Landlock, "
+        "seccomp, ...); weak runs them with what there is, recorded in the manifest. "
+        "Applies to this invocation only (`refine sandbox` shows what this machine has)",
+    )
 
 
 def _add_models(p: argparse.ArgumentParser) -> None:

@@ -9,10 +9,12 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..runs.settings import Settings
+from ..sandbox import SandboxMode
 from .options import (
     AUTO,
     add_pace_options,
     add_run_options,
+    add_sandbox_option,
     positive_float,
     positive_int,
 )
@@ -26,7 +28,8 @@ EPILOG = """exit status:
   1    finished, but some records failed or some input lines were unreadable
   2    bad usage or configuration, found before money is spent (unknown job or model,
        RUN_DIR in use or of another run, an endpoint that cannot be reached before any
-       call succeeded, a hook that fails on every answer)
+       call succeeded, a hook that fails on every answer, a sandbox layer missing for a
+       job that runs programs, without --sandbox weak)
   3    authentication failure (the endpoint refused the API key)
   4    the run directory cannot be written (disk full, read-only); resumable
   5    the endpoint stayed unavailable (5xx, 429, timeouts) longer than --max-outage,
@@ -95,6 +98,7 @@ def _add_resume(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run_dir", type=Path)
+    add_sandbox_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -202,6 +206,21 @@ def _add_jobs(sub: Any) -> None:
     )
 
 
+def _add_sandbox(sub: Any) -> None:
+    """`refine sandbox`."""
+    p = sub.add_parser(
+        "sandbox",
+        help="the isolation model-written programs get on this machine, and a self-test",
+        description="Show each layer of the sandbox (limits, privileges, no_new_privs, "
+        "Landlock, seccomp, the audit hook), available or not, and run a small program "
+        "under the kernel's layers that tries to read the home directory and the parent's "
+        "environment, connect, start a process, signal its parent and write a file. Exits "
+        "0 when every layer is in force and every attempt was denied, 2 otherwise (a run "
+        "of a job that runs programs would stop there too, unless given --sandbox weak).",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
 def _add_export(sub: Any) -> None:
     """`refine export`."""
     p = sub.add_parser(
@@ -273,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_merge(sub)
     _add_jobs(sub)
     _add_export(sub)
+    _add_sandbox(sub)
     return parser
 
 
@@ -317,6 +337,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
         service_tier=getattr(args, "service_tier", None),
         context_tokens=args.context_tokens,
+        sandbox=SandboxMode(args.sandbox),
     )
 
 

@@ -26,6 +26,7 @@ import orjson
 from ..core.steps import Step
 from ..errors import ConfigError
 from .flex import FLEX
+from .models import ModelId
 
 __all__ = [
     "BATCH_DISCOUNT",
@@ -110,7 +111,7 @@ class PriceBook:
         """The price of ``model`` (dated snapshots fall back to their family), or None."""
         if model is None:
             return None
-        if model.startswith("local:"):
+        if ModelId.parse(model).is_local:
             return LOCAL
         found = self._prices.get(model)
         if found is None:

@@ -10,6 +10,9 @@
     export      outputs (and input columns) as Parquet, CSV or JSONL
     columns     output fields as typed columns, for export
     merge       the run directories of --shard runs joined as one
+    cancel      refine cancel: a --batch run's batches in flight cancelled (its records
+                stay resumable)
+    sandbox     the isolation model-written programs get here, and a self-test under it
 """
 
 from .estimate import Estimate, run_estimate

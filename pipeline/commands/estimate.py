@@ -29,9 +29,9 @@ from pathlib import Path
 import anyio
 import orjson
 
-from ..backends.local.registry import DEFAULT_MODEL as DEFAULT_LOCAL
 from ..client.formats import FormatLadder
 from ..client.limits import estimate_tokens
+from ..client.models import ModelId
 from ..client.prices import Price, PriceBook, at_batch_rate, price_book
 from ..core.jobs import Job
 from ..core.loader import load_job
@@ -40,7 +40,8 @@ from ..core.records import Record
 from ..core.steps import Kind, Role, Step
 from ..errors import ConfigError
 from ..io.records import count_records, read_records
-from ..runs.settings import LOCAL_PREFIX, Settings, effective_job
+from ..runs.settings import Settings, effective_job
+from ..serving.registry import DEFAULT_MODEL as DEFAULT_LOCAL
 from .fit import Unfit, find_unfit
 
 __all__ = [
@@ -253,7 +254,7 @@ def from_prompts(
     if not sampled:
         raise ConfigError(f"{input_path}: no readable record to estimate from")
     # a local critic's server enforces the schema by a grammar: it is spelled out in the prompt
-    local = model_for["feedback"].startswith(LOCAL_PREFIX + ":")
+    local = ModelId.parse(model_for["feedback"]).is_local
     ladder = FormatLadder(settings.structured, grammar=local)
     # The Batch API and the flex tier bill the batch rate.
     batch = settings.batch or at_batch_rate(None, settings.service_tier)
@@ -431,10 +432,10 @@ def _model_ids(settings: Settings) -> dict[str, str]:
     """The model recorded for each role (as the run would name them)."""
     generator = settings.model
     if settings.local:
-        generator = f"local:{settings.local_model or DEFAULT_LOCAL}"
+        generator = str(ModelId.local(settings.local_model or DEFAULT_LOCAL))
     critic = settings.feedback_model or generator
     if settings.critic_is_local:
-        critic = f"local:{settings.critic_local_model or DEFAULT_LOCAL}"
+        critic = str(ModelId.local(settings.critic_local_model or DEFAULT_LOCAL))
     return {"generate": generator, "refine": generator, "feedback": critic}
 
 

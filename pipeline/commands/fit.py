@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from ..backends.local.server import SLOT_CTX
 from ..client.context import context_window, overflow
+from ..client.models import ModelId
 from ..core.jobs import Job
 from ..core.prompts import build_messages
 from ..core.records import Record
 from ..core.steps import Kind
 from ..io.records import read_records
-from ..runs.settings import LOCAL_PREFIX, Settings
+from ..runs.settings import Settings
+from ..serving.server import SLOT_CTX
 
 __all__ = ["SHOWN", "Unfit", "find_unfit", "window_of"]
 
@@ -53,7 +54,7 @@ def window_of(model: str, settings: Settings) -> int | None:
     """The context window of ``model`` as a run would take it (None: unknown)."""
     if settings.context_tokens is not None:
         return settings.context_tokens
-    if model.startswith(LOCAL_PREFIX + ":"):
+    if ModelId.parse(model).is_local:
         return SLOT_CTX
     return context_window(model)
 

@@ -142,6 +142,8 @@ class Manifest:
     settings: Settings  # the values in force (resolved: max_iters, timeout)
     local_model: dict[str, Any] | None = None  # the embedded generator's file and origin
     feedback_local_model: dict[str, Any] | None = None  # the embedded critic's, if another
+    # for a job that runs programs: the isolation they got (mode, layers, Landlock ABI)
+    sandbox: dict[str, Any] | None = None
     version: str = field(default_factory=package_version)
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
@@ -199,6 +201,7 @@ class Manifest:
                 if self.feedback_local_model
                 else {}
             ),
+            **({"sandbox": self.sandbox} if self.sandbox else {}),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "runs": self.runs,
@@ -228,6 +231,7 @@ class Manifest:
                 settings=settings_from_json(stored),
                 local_model=data.get("local_model"),
                 feedback_local_model=data.get("feedback_local_model"),
+                sandbox=data.get("sandbox"),
                 version=str(data.get("version", "0+unknown")),
                 created_at=str(data.get("created_at") or now_iso()),
                 updated_at=str(data.get("updated_at") or now_iso()),

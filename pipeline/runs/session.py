@@ -1,9 +1,10 @@
 """One invocation of a run: its files, counters, budget, stop state and record stream.
 
-``Session`` is what every driver (real time, Batch API, Ray) runs records through: the
-records to run (finished ones skipped, bad lines to errors.jsonl), the journal every step
-goes to, the outputs a finished record goes to, progress, and why the run stopped, with
-the exit status that maps to.
+``Session`` is what every backend's driver (real time, Batch API, Ray) runs records
+through: the records to run (finished ones skipped, bad lines to errors.jsonl), the journal
+every step goes to, the outputs a finished record goes to, progress, and why the run
+stopped, with the exit status that maps to. ``CallCounts`` is what a driver reports of its
+clients for progress and the summary.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from ..core.records import Record
 from ..core.steps import Outcome, Step
 from ..errors import AuthError, BudgetReached, ConfigError, InputError, StoreError, UnavailableError
 from ..io.records import count_records, read_records
-from .clients import Models
 from .hooks import HookWatch
 from .manifest import Manifest
 from .outputs import Outputs
@@ -41,6 +41,7 @@ from .tally import tally
 
 __all__ = [
     "EXIT",
+    "CallCounts",
     "CountingSink",
     "Rejected",
     "RunSummary",
@@ -53,7 +54,6 @@ __all__ = [
 
 log = logging.getLogger("refine")
 
-# Exit statuses (documented in the README and `refine --help`).
 # Exit statuses (documented in the README and `refine --help`).
 EXIT = {
     "ok": 0,  # every input line became a record and every record is done
@@ -86,6 +86,17 @@ class StopReason(enum.Enum):
     def exit_code(self) -> int:
         """The process exit status."""
         return EXIT[self.value]
+
+
+@dataclass(frozen=True, slots=True)
+class CallCounts:
+    """What a driver's clients did: calls made, calls retried, requests refused for a rate
+    limit (on Ray, every worker's; with --batch, lines answered, lines sent again and
+    batch creations refused)."""
+
+    calls: int = 0
+    retries: int = 0
+    rate_limited: int = 0
 
 
 @dataclass(slots=True)
@@ -306,10 +317,14 @@ class Session:
         if self.settings.shard is None:
             self.counters.lines = lines
 
-    def publish(self, models: Models) -> None:
+    def _count_calls(self, counts: CallCounts) -> None:
+        c = self.counters
+        c.calls, c.retries, c.rate_limited = counts.calls, counts.retries, counts.rate_limited
+
+    def publish(self, counts: CallCounts) -> None:
         """Refresh the live figures: the progress display and progress.json."""
         c = self.counters
-        c.calls, c.retries, c.rate_limited = models.stats()
+        self._count_calls(counts)
         c.spent_usd = self.budget.total()
         self.progress.tick()
         self.rd.write_progress(
@@ -317,7 +332,10 @@ class Session:
         )
 
     async def supervise(
-        self, models: Models, scope: anyio.CancelScope, install_signal_handlers: bool
+        self,
+        counts: Callable[[], CallCounts],
+        scope: anyio.CancelScope,
+        install_signal_handlers: bool,
     ) -> None:
         """Publish progress every second; with signal handlers, stop cleanly on SIGINT/SIGTERM."""
         self._scope = scope
@@ -326,7 +344,7 @@ class Session:
             if install_signal_handlers:
                 tg.start_soon(self._signals, scope)
             while True:
-                self.publish(models)
+                self.publish(counts())
                 await anyio.sleep(PROGRESS_EVERY_S)
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
@@ -336,11 +354,11 @@ class Session:
                 scope.cancel()
                 return
 
-    def close(self, models: Models) -> RunSummary:
+    def close(self, counts: CallCounts) -> RunSummary:
         """Flush and close the files; the summary of this invocation."""
         self.journal.close()
         c = self.counters
-        c.calls, c.retries, c.rate_limited = models.stats()
+        self._count_calls(counts)
         c.spent_usd = self.budget.total()
         self.progress.close()
         with contextlib.suppress(StoreError):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from pipeline.backends.local import ModelSpec
+from pipeline.serving import ModelSpec
 
 PARTS = 11  # more than 9, so the wheels' name order (1, 10, 11, 2, ...) differs from part order
 

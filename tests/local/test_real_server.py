@@ -17,7 +17,8 @@ import orjson
 import pytest
 
 from pipeline import Settings, load_job
-from pipeline.backends.local import (
+from pipeline.runner import arun
+from pipeline.serving import (
     DEFAULT_MODEL,
     MODELS,
     LlamaCppMissingError,
@@ -26,7 +27,6 @@ from pipeline.backends.local import (
     check_llama_cpp,
     resolve_model,
 )
-from pipeline.runner import arun
 
 from ..helpers import read_jsonl, write_jsonl
 from .fakes import quiet

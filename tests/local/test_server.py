@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pipeline.backends.local import (
+from pipeline.serving import (
     DEFAULT_SLOTS,
     SLOT_CTX,
     LlamaCppMissingError,
@@ -26,7 +26,7 @@ from pipeline.backends.local import (
     check_llama_cpp,
     slots_for,
 )
-from pipeline.backends.local.server import _http_status, _server_env, gpu_layers, parse_devices
+from pipeline.serving.server import _http_status, _server_env, gpu_layers, parse_devices
 
 from .fakes import FAKE_SERVER
 
@@ -60,7 +60,7 @@ def _gone(pid: int) -> bool:
 _DRIVER = """
 import sys, anyio
 from pathlib import Path
-from pipeline.backends.local import LocalModel, LocalServer
+from pipeline.serving import LocalModel, LocalServer
 
 async def main():
     model = LocalModel("tiny", Path(sys.argv[1]), None)

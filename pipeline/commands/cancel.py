@@ -18,19 +18,22 @@ from pathlib import Path
 
 import anyio
 
-from ...errors import CallError, FatalCallError, RunLocked
-from ...runs.rundir import RunDir
-from ...runs.urls import run_urls
-from .api import (
+from ..backends.batch import (
     BatchAPI,
-    BatchClients,
     BatchInfo,
+    Entry,
+    Ledger,
+    OpenAIBatchAPI,
+    Sides,
     find_by_token,
     find_upload,
     input_file_name,
-    open_clients,
+    open_sides,
 )
-from .ledger import Entry, Ledger
+from ..errors import CallError, FatalCallError, RunLocked
+from ..runs.rundir import RunDir
+from ..runs.settings import DEFAULT_TIMEOUT_S
+from ..runs.urls import run_urls
 
 __all__ = ["acancel", "cancel"]
 
@@ -38,11 +41,12 @@ log = logging.getLogger("refine")
 
 
 async def acancel(
-    run_dir: str | Path, *, api_key: str | None = None, clients: BatchClients | None = None
+    run_dir: str | Path, *, api_key: str | None = None, api: BatchAPI | None = None
 ) -> list[BatchInfo]:
     """Cancel the batches of the run in ``run_dir`` that are in flight; what the API says of each.
 
-    ``clients`` replaces the Batch API clients built from the manifest (for tests).
+    ``api`` replaces the Batch API opened at the run's endpoints (a test's fake), for both
+    sides; it is not closed here.
     """
     rd = RunDir(Path(run_dir))
     manifest = rd.require_manifest()
@@ -51,18 +55,24 @@ async def acancel(
         api_key = os.environ.get("OPENAI_API_KEY")
     with _locked(rd):
         ledger = Ledger(rd.batches_path, fsync=settings.fsync, warn=log.warning)
-        if clients is None:
+        opened: list[OpenAIBatchAPI] = []
+        if api is not None:
+            sides = Sides.over(api, manifest.model, manifest.feedback_model)
+        else:
             urls = run_urls(manifest)
             url = urls[0] if urls else None
             critic = None
             if manifest.feedback_model is not None:
                 critic = (manifest.feedback_model, settings.feedback_base_url or url)
-            clients = open_clients(settings, api_key, (manifest.model, url), critic)
+            timeout = settings.timeout or DEFAULT_TIMEOUT_S
+            sides, opened = open_sides(api_key, timeout, (manifest.model, url), critic)
         try:
-            return await _cancel_all(ledger, clients)
+            return await _cancel_all(ledger, sides)
         finally:
             ledger.close()
-            await clients.aclose()
+            with anyio.CancelScope(shield=True):
+                for each in opened:
+                    await each.aclose()
 
 
 @contextlib.contextmanager
@@ -77,11 +87,11 @@ def _locked(rd: RunDir) -> Iterator[None]:
         ) from err
 
 
-async def _cancel_all(ledger: Ledger, clients: BatchClients) -> list[BatchInfo]:
+async def _cancel_all(ledger: Ledger, sides: Sides) -> list[BatchInfo]:
     cancelled: list[BatchInfo] = []
     entries = [e for e in ledger.state.entries.values() if not e.collected]
     for entry in entries:
-        api = clients.named(entry.side).api
+        api = sides.named(entry.side).api
         if entry.batch_id is None:
             info = (await find_by_token(api, {entry.token}, entry.at)).get(entry.token)
             if info is None:
@@ -122,7 +132,7 @@ async def _discard(ledger: Ledger, api: BatchAPI, entry: Entry) -> None:
 
 
 def cancel(
-    run_dir: str | Path, *, api_key: str | None = None, clients: BatchClients | None = None
+    run_dir: str | Path, *, api_key: str | None = None, api: BatchAPI | None = None
 ) -> list[BatchInfo]:
     """Cancel the run's batches in flight; see ``acancel``."""
-    return anyio.run(lambda: acancel(run_dir, api_key=api_key, clients=clients))
+    return anyio.run(lambda: acancel(run_dir, api_key=api_key, api=api))

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from ...errors import ModelFetchError, ModelIntegrityError, UnknownModelError
+from ..errors import ModelFetchError, ModelIntegrityError, UnknownModelError
 from ._messages import log_stderr
 from .registry import HubFile
 

@@ -25,24 +25,25 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
+import openai
 from anyio.abc import TaskGroup
 
 from ...client.limits import Limiter
 from ...client.prices import at_batch_rate
+from ...client.reach import PREFLIGHT_S, preflight
 from ...core.records import Record
 from ...core.steps import Step
 from ...errors import BudgetReached, ConfigError, StoreError, UnavailableError
-from ...runs.clients import Models
-from ...runs.realtime import Driver
-from ...runs.session import Session, StopReason, stop_reason_of
-from .connect import connect, require_ray
+from ...runs.clients import ClientPlan
+from ...runs.session import CallCounts, Session, StopReason, stop_reason_of
+from .connect import connect
 from .jobfiles import JobFiles
 from .messages import Assignment, Crashed, Finished, Halted, Orders, Reply, Saved
 from .pacing import answer
 from .spending import Accounts, reached
 from .worker import Worker, WorkerSpec
 
-__all__ = ["MAX_RESTARTS", "WORKER_CPUS", "ray_driver", "run_on_ray"]
+__all__ = ["MAX_RESTARTS", "WORKER_CPUS", "RayDriver"]
 
 log = logging.getLogger("refine")
 
@@ -51,12 +52,6 @@ MAX_RESTARTS = 3  # times Ray restarts a worker process that died before it is g
 START_RETRY_S = 0.5
 START_PATIENCE_S = 120.0
 WORKER_CPUS = 1  # CPUs Ray reserves for a worker: its loops and HTTP client use one core
-
-
-def ray_driver() -> Driver:
-    """The driver that runs a session on Ray workers (ConfigError when Ray is missing)."""
-    require_ray()
-    return run_on_ray
 
 
 @dataclass(slots=True)
@@ -142,16 +137,9 @@ class _Dispatch:
 class _Run:
     """What the links of a run share: the session, the queue, the limiters and the budget."""
 
-    def __init__(
-        self,
-        session: Session,
-        models: Models,
-        sides: int,
-        api_key: str | None,
-    ) -> None:
+    def __init__(self, session: Session, sides: int, api_key: str | None) -> None:
         s = session.settings
         self.session = session
-        self.models = models
         self.api_key = api_key
         self.concurrency = s.concurrency
         workers = s.workers or 1
@@ -162,6 +150,7 @@ class _Run:
         self.tasks: TaskGroup | None = None  # for tasks that outlive one exchange
         self.aborted = False  # the journal cannot be written: leave at once
         self.links: list[_Link] = []
+        self.counts = CallCounts()  # the workers' clients', every process of each
 
     def start_task(self, func: Callable[..., Coroutine[Any, Any, None]], *args: object) -> None:
         """Start a task that may outlive the exchange that asked for it."""
@@ -188,7 +177,7 @@ class _Run:
         for link in self.links:
             for i, value in enumerate(link.totals()):
                 totals[i] += value
-        self.models.remote = (totals[0], totals[1], totals[2])
+        self.counts = CallCounts(totals[0], totals[1], totals[2])
         self.session.counters.in_flight = self.dispatch.in_flight
         self.session.live["workers"] = [link.describe() for link in self.links]
 
@@ -392,55 +381,78 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-async def run_on_ray(session: Session, models: Models) -> None:
-    """Run the session's records on ``--workers`` Ray actors that open clients by ``models.plan``.
+class RayDriver:
+    """The run's records on ``--workers`` Ray actors, each opening its clients by the plan."""
 
-    The driver's own clients in ``models`` stay idle.
-    """
-    import ray
+    def __init__(self, session: Session, plan: ClientPlan) -> None:
+        self.session = session
+        self.plan = plan
+        self._run: _Run | None = None  # made when it runs
 
-    plan = models.plan
-    if plan is None:
-        raise ConfigError("a run on Ray needs the plan of its clients (Models.plan)")
-    s = session.settings
-    workers = s.workers or 1
-    spec = WorkerSpec(
-        JobFiles.of(session.job),
-        s,
-        plan.generator,
-        plan.critic,
-        session.prices,
-        s.budget is not None,
-    )
-    run = _Run(session, models, 1 if plan.critic is None else 2, plan.api_key)
-    async with connect(s, workers):
-        actor = ray.remote(Worker).options(
-            num_cpus=WORKER_CPUS,
-            max_restarts=MAX_RESTARTS,
-            max_task_retries=0,
-            scheduling_strategy="SPREAD",
-        )
-        handles: list[Any] = [actor.remote(spec) for _ in range(workers)]
-        run.links = [_Link(i, h, run) for i, h in enumerate(handles)]
+    async def preflight(self) -> None:
+        """Raise UnreachableError when an endpoint the workers will call cannot be reached
+        (asked from here, before any worker starts)."""
+        sides = [self.plan.generator, *([] if self.plan.critic is None else [self.plan.critic])]
+        urls: list[str | None] = [url for side in sides for url in side.urls or [None]]
+        conns = [
+            openai.AsyncOpenAI(api_key=self.plan.api_key or "no-key", base_url=url, max_retries=0)
+            for url in urls
+        ]
         try:
-            async with anyio.create_task_group() as tg:
-                run.tasks = tg
-                tg.start_soon(run.produce)
-                async with anyio.create_task_group() as links:
-                    for link in run.links:
-                        links.start_soon(link.serve)
-                tg.cancel_scope.cancel()  # the reader may be waiting for room in the queue
-            if not run.dispatch.finished and not session.stop.stopping:
-                run.stop(
-                    StopReason.UNAVAILABLE,
-                    UnavailableError(
-                        "workers",
-                        "no Ray worker is left (each died or could not start; see the "
-                        "warnings above); stopped, resumable",
-                    ),
-                )
+            await preflight(conns, min(self.session.settings.timeout or PREFLIGHT_S, PREFLIGHT_S))
         finally:
-            run.dispatch.close()
-            for handle in handles:
-                ray.kill(handle, no_restart=True)
-            run.publish()
+            with anyio.CancelScope(shield=True):
+                for conn in conns:
+                    await conn.close()
+
+    def counts(self) -> CallCounts:
+        """Calls, retries and 429s of the workers' clients, as their last replies said."""
+        return CallCounts() if self._run is None else self._run.counts
+
+    async def run(self) -> None:
+        """Start the workers, feed them the session's records, journal what they report."""
+        import ray
+
+        session, plan = self.session, self.plan
+        run = self._run = _Run(session, 1 if plan.critic is None else 2, plan.api_key)
+        s = session.settings
+        workers = s.workers or 1
+        spec = WorkerSpec(
+            JobFiles.of(session.job),
+            s,
+            plan.generator,
+            plan.critic,
+            session.prices,
+            s.budget is not None,
+        )
+        async with connect(s, workers):
+            actor = ray.remote(Worker).options(
+                num_cpus=WORKER_CPUS,
+                max_restarts=MAX_RESTARTS,
+                max_task_retries=0,
+                scheduling_strategy="SPREAD",
+            )
+            handles: list[Any] = [actor.remote(spec) for _ in range(workers)]
+            run.links = [_Link(i, h, run) for i, h in enumerate(handles)]
+            try:
+                async with anyio.create_task_group() as tg:
+                    run.tasks = tg
+                    tg.start_soon(run.produce)
+                    async with anyio.create_task_group() as links:
+                        for link in run.links:
+                            links.start_soon(link.serve)
+                    tg.cancel_scope.cancel()  # the reader may be waiting for room in the queue
+                if not run.dispatch.finished and not session.stop.stopping:
+                    run.stop(
+                        StopReason.UNAVAILABLE,
+                        UnavailableError(
+                            "workers",
+                            "no Ray worker is left (each died or could not start; see the "
+                            "warnings above); stopped, resumable",
+                        ),
+                    )
+            finally:
+                run.dispatch.close()
+                for handle in handles:
+                    ray.kill(handle, no_restart=True)
+                run.publish()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import anyio
 
-from ...runs.clients import Endpoint
+from ..client.models import ModelId
+from ..runs.clients import Endpoint
 from .resolve import resolve_model
 from .server import LocalServer, check_llama_cpp, slots_for
 
@@ -26,7 +27,7 @@ async def serve(name: str | None, run_dir: Path, concurrency: int) -> AsyncItera
     try:
         yield Endpoint(
             server.model,
-            f"local:{server.model}",
+            ModelId.local(server.model),
             (server.base_url,),
             server.structured,
             server.parallel,

@@ -34,7 +34,7 @@ from typing import IO, Self
 import anyio
 from anyio.abc import Process
 
-from ...errors import LlamaCppMissingError, ServerStartError
+from ..errors import LlamaCppMissingError, ServerStartError
 from ._messages import read_tail
 from .caching import cache_args
 from .environ import env_count

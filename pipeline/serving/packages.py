@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from ...errors import ModelFetchError, ModelIntegrityError
+from ..errors import ModelFetchError, ModelIntegrityError
 from ._messages import human_size, log_stderr, tail
 from .registry import ModelSpec, default_cache_dir
 

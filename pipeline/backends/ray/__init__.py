@@ -2,6 +2,7 @@
 
 The modules, driver side first::
 
+    backend    RayBackend: chosen by name, it opens the driver (the workers open clients)
     connect    reaching Ray: join a cluster or start a local instance
     driver     the refine process: reader, journal and outputs; records to workers and back
     messages   what the driver and a worker say to each other (one exchange call at a time)
@@ -13,6 +14,9 @@ The modules, driver side first::
 Importing this package does not import Ray; starting a run does (``refine[ray]``).
 """
 
-from .driver import ray_driver, run_on_ray
+from .backend import RayBackend
+from .driver import RayDriver
 
-__all__ = ["ray_driver", "run_on_ray"]
+backend_class = RayBackend  # what ``pipeline.backends.named("ray")`` builds
+
+__all__ = ["RayBackend", "RayDriver", "backend_class"]

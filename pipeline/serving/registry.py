@@ -56,7 +56,7 @@ class ModelSpec:
         if self.requirements_dir is not None:
             return (self.requirements_dir / self.requirements).read_text(encoding="utf-8")
         return (
-            resources.files("pipeline.backends.local.models")
+            resources.files("pipeline.serving.models")
             .joinpath(self.requirements)
             .read_text(encoding="utf-8")
         )

@@ -32,6 +32,7 @@ from ...core.steps import Completion, ModelClient, Request, Step
 from ...errors import BudgetReached, FatalCallError
 from ...runs.clients import Endpoint, open_client
 from ...runs.settings import Settings, effective_job
+from ...sandbox import require_isolation, use_mode
 from .jobfiles import JobFiles
 from .messages import (
     Assignment,
@@ -109,6 +110,7 @@ class _Session:
     def __init__(self, spec: WorkerSpec, job: Job, api_key: str | None) -> None:
         s = spec.settings
         self.job = effective_job(job, s)
+        self.sandbox = s.sandbox
         self.policy = Policy(s.max_iters or 0, s.min_iters, s.checks)
         self.stopping = False  # the driver said stop: loops start no further call
         self.outbox: list[Event] = []
@@ -153,15 +155,16 @@ class _Session:
         rid = a.record.id
         self.known[rid] = len(a.prior)
         try:
-            outcome = await refine_record(
-                a.record,
-                self.job,
-                self.generator,
-                _AckSink(self),
-                self.policy,
-                critic=self.critic,
-                prior=a.prior,
-            )
+            with use_mode(self.sandbox):  # this record's task, and the threads its hooks run in
+                outcome = await refine_record(
+                    a.record,
+                    self.job,
+                    self.generator,
+                    _AckSink(self),
+                    self.policy,
+                    critic=self.critic,
+                    prior=a.prior,
+                )
         except (FatalCallError, BudgetReached) as err:
             self.emit(Halted(rid, WireError.of(err)))
         except _Stopping:
@@ -216,6 +219,8 @@ class Worker:
         """Load the job, open the clients; return this process's instance id."""
         if self._session is None:
             job = await anyio.to_thread.run_sync(self.spec.job.load)
+            if job.runs_programs:  # this node confines them as the driver's did, or refuses
+                await anyio.to_thread.run_sync(require_isolation, self.spec.settings.sandbox)
             session = _Session(self.spec, job, api_key)
             started = anyio.Event()
             # The records' task group lives in a task of its own: an exchange returns at once.

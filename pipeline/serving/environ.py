@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ...errors import ServerStartError
+from ..errors import ServerStartError
 
 __all__ = ["env_count"]
 
