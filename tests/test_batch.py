@@ -188,7 +188,8 @@ def test_failed_lines_follow_the_real_time_error_classes(tmp_path: Path) -> None
 
 
 def test_refused_response_format_steps_down_like_real_time(tmp_path: Path) -> None:
-    """Feedback lines refused for json_schema go out again as json_object, as in real time."""
+    """Feedback lines refused for json_schema go out again as json_object, using up no retry
+    and showing the refusal in the call's tries, as in real time."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
 
     def status(cid: str, body: dict[str, Any]) -> int:
@@ -205,6 +206,8 @@ def test_refused_response_format_steps_down_like_real_time(tmp_path: Path) -> No
     for t in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         (step,) = [s for s in t["steps"] if s["role"] == "feedback"][:1]
         assert "JSON Schema" in step["messages"][-1]["content"]  # the schema spelled out
+        assert step["attempts"] == 2 and [t[0] for t in step["tries"]] == [400, 200]
+    assert summary.counters.retries == 0
 
 
 def test_retries_end_at_max_retries(tmp_path: Path) -> None:
@@ -228,6 +231,9 @@ def test_failed_line_counts_survive_a_restart(tmp_path: Path) -> None:
     summary = batch_run(api, inp, tmp_path / "run", max_iters=0, max_retries=1, detach=True)
     assert summary.exit_code == 1
     assert len(api.batches) == 2
+    (trace,) = read_jsonl(tmp_path / "run" / "traces.jsonl")
+    (step,) = trace["steps"]  # the failed call shows the try an earlier invocation counted
+    assert step["attempts"] == 2 and [t[0] for t in step["tries"]] == [500, 500]
 
 
 def test_unauthorized_line_stops_the_run_with_exit_3(tmp_path: Path) -> None:

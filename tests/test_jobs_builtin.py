@@ -91,7 +91,7 @@ def all_prompts(job: Job, record: Record) -> Iterator[tuple[str, str]]:
         call = next_call(job, record, steps, Policy(2, checks=False))
         if isinstance(call, Stop):
             return
-        for message in call.messages:
+        for message in call.request.messages:
             yield f"{call.role}:{call.iteration}:{message['role']}", message["content"]
         text = _reply(job, call, answers)
         answers += call.role != "feedback"

@@ -559,8 +559,8 @@ async def test_evaluator_metrics_are_kept_and_its_errors_recorded() -> None:
     assert outcome.status == "done"
 
 
-def test_next_call_of_a_repair_carries_the_penalty_as_a_body_field() -> None:
-    """A repair's request carries the penalty (the Batch API driver reads it as body fields)."""
+def test_next_call_of_a_repair_carries_the_penalty() -> None:
+    """A repair's request carries the frequency penalty; a first call's carries none."""
     draft = Step("generate", 0, [{"role": "user", "content": "q"}], code("v0"), None, USAGE, 0.1,
                  1, output="v0")  # fmt: skip
     cut = Step(
@@ -569,7 +569,5 @@ def test_next_call_of_a_repair_carries_the_penalty_as_a_body_field() -> None:
     repair = next_call(SCORED, RECORD, [draft, cut], Policy(3))
     assert isinstance(repair, Call) and (repair.role, repair.kind) == ("feedback", Kind.REPAIR)
     assert repair.request.frequency_penalty == RETRY_FREQUENCY_PENALTY
-    assert repair.sampling() == {"frequency_penalty": RETRY_FREQUENCY_PENALTY}
     first = next_call(SCORED, RECORD, [draft], Policy(3))
     assert isinstance(first, Call) and first.request.frequency_penalty is None
-    assert first.sampling() == {}

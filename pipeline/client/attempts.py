@@ -1,8 +1,8 @@
 """A call's attempts: the one retry sequence, for real-time calls and Batch API lines alike.
 
-This is the package's one retry layer: the openai SDK is built with ``max_retries=0``, and
-the real-time client (``chat``) hands every failed attempt of a call to the call's
-``Attempts``, which says what follows:
+This is the package's one retry layer: the openai SDK is built with ``max_retries=0``; the
+real-time client (``chat``) hands every failed attempt of a call, and the Batch API
+driver every failed line of a batch, to the call's ``Attempts``, which says what follows:
 
 - ``StepDown``: the endpoint refused the structured-output format: ask again at a lower
   level (``formats``); no attempt is used up;
@@ -14,10 +14,12 @@ the real-time client (``chat``) hands every failed attempt of a call to the call
 
 The last two carry the error the call ends with, built whole with the call's trace data
 (``CallError.traced``: every try, the messages as last sent, the model), and the attempt's
-own failure to raise it from. The policy is ``retry.decide``'s; an ``Attempts`` only keeps
-the call's state (its tries, the retries it used, its format floor), does no I/O and never
-sleeps, so a driver that keeps a call across rounds, as the Batch API driver keeps a line
-across batches, keeps its ``Attempts`` with it.
+own failure to raise it from. Every failed attempt shows in the call's trace, a format
+refusal too. The policy is ``retry.decide``'s; an ``Attempts`` only keeps the call's state
+(its tries, the retries it used, its format floor), does no I/O and never sleeps, so a
+driver that keeps a call across rounds, as the Batch API driver keeps a line across
+batches, keeps its ``Attempts`` with it (and, resuming, builds it from the retries it
+counted: ``tries`` and ``counted``).
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def _no_jitter() -> float:
 class Attempts:
     """One call's attempts so far, and what follows each failed one."""
 
-    __slots__ = ("counted", "delays", "floor", "max_retries", "model", "tries")
+    __slots__ = ("_delays", "_max_retries", "_model", "counted", "floor", "tries")
 
     def __init__(
         self,
@@ -97,9 +99,9 @@ class Attempts:
         counted: int = 0,
         floor: int = 0,
     ) -> None:
-        self.model = model  # as the run records it: the trace data's model
-        self.max_retries = max_retries
-        self.delays = delays
+        self._model = model  # as the run records it: the trace data's model
+        self._max_retries = max_retries
+        self._delays = delays
         self.tries: list[Try] = list(tries)  # every attempt's status and latency, in order
         self.counted = counted  # failed attempts that used up one of the call's retries
         self.floor = floor  # the call's own structured-output level, after a bare 400
@@ -146,11 +148,11 @@ class Attempts:
         decision = decide(
             failure,
             attempt=self.counted + 1,
-            max_retries=self.max_retries,
+            max_retries=self._max_retries,
             outage=state,
             rand=jitter(),
             wait=wait,
-            delays=self.delays,
+            delays=self._delays,
         )
         if decision.action == "retry":
             if decision.counted:
@@ -166,5 +168,5 @@ class Attempts:
         """``error`` built whole with the call's trace data (raise it from the attempt's
         failure): every try so far, the messages as last sent, the model."""
         return error.traced(
-            attempts=len(self.tries), tries=tuple(self.tries), messages=sent, model=self.model
+            attempts=len(self.tries), tries=tuple(self.tries), messages=sent, model=self._model
         )

@@ -12,7 +12,7 @@ of answer is behind ``AnswerKind``, and a job's checks and evaluator are functio
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,33 +107,6 @@ class Call:
     iteration: int
     kind: Kind
     request: Request
-
-    # The Batch API driver reads the request's fields off the call; they are the request's.
-
-    @property
-    def messages(self) -> tuple[Mapping[str, str], ...]:
-        """The request's messages."""
-        return self.request.messages
-
-    @property
-    def schema(self) -> Mapping[str, Any] | None:
-        """The request's schema (feedback calls)."""
-        return self.request.schema
-
-    @property
-    def temperature(self) -> float:
-        """The request's temperature."""
-        return self.request.temperature
-
-    @property
-    def max_tokens(self) -> int:
-        """The request's answer budget."""
-        return self.request.max_tokens
-
-    def sampling(self) -> dict[str, float]:
-        """Sampling settings beyond the temperature, as request-body fields (often none)."""
-        penalty = self.request.frequency_penalty
-        return {} if penalty is None else {"frequency_penalty": penalty}
 
 
 # -- the fold ----------------------------------------------------------------------------------
