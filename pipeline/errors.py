@@ -134,11 +134,32 @@ class CallError(RefineError):
     ) -> None:
         self.kind = kind
         self.status = status
-        self.attempts = attempts
-        self.tries = tries  # each attempt's status and latency (calls.Try)
-        self.messages = messages  # the messages as last sent, when the client changed them
-        self.model = model
+        # The call's trace data: read-only, given whole when the error is built (``traced``).
+        self._attempts = attempts
+        self._tries = tries
+        self._messages = messages
+        self._model = model
         super().__init__(message)
+
+    @property
+    def attempts(self) -> int:
+        """The attempts the call made (0: it failed unsent)."""
+        return self._attempts
+
+    @property
+    def tries(self) -> tuple[Any, ...]:
+        """Each attempt's status and latency (``core.steps.Try``), in order."""
+        return self._tries
+
+    @property
+    def messages(self) -> list[dict[str, str]] | None:
+        """The messages as last sent, when the client changed them."""
+        return self._messages
+
+    @property
+    def model(self) -> str | None:
+        """The model the call asked, as the run records it."""
+        return self._model
 
     def traced(
         self,

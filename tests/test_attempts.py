@@ -192,3 +192,13 @@ def test_traced_keeps_the_type_and_what_the_error_says(error: CallError) -> None
     assert type(traced) is type(error) and traced is not error
     assert (traced.kind, str(traced), traced.status) == (error.kind, str(error), error.status)
     assert (traced.attempts, traced.tries, traced.messages, traced.model) == (1, tries, SENT, "m")
+
+
+def test_trace_data_cannot_be_patched_after_raising() -> None:
+    """A CallError's trace data is read-only: it is given whole when the error is built."""
+    error = CallError("http_500", "HTTP 500: boom", status=500)
+    with pytest.raises(AttributeError):
+        error.attempts = 3  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        error.messages = SENT  # type: ignore[misc]
+    assert (error.attempts, error.messages) == (1, None)
