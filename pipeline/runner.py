@@ -334,10 +334,25 @@ def run(
     input_path: str | Path,
     out_dir: str | Path,
     settings: Settings | None = None,
-    **kwargs: Any,
+    *,
+    api_key: str | None = None,
+    backend: Backend | None = None,
+    show_progress: bool = True,
+    install_signal_handlers: bool = False,
 ) -> RunSummary:
     """Run (or continue) ``job`` over ``input_path`` into ``out_dir``; see ``arun``."""
-    return anyio.run(lambda: arun(job, input_path, out_dir, settings, **kwargs))
+    return anyio.run(
+        lambda: arun(
+            job,
+            input_path,
+            out_dir,
+            settings,
+            api_key=api_key,
+            backend=backend,
+            show_progress=show_progress,
+            install_signal_handlers=install_signal_handlers,
+        )
+    )
 
 
 def resume_args(
@@ -361,16 +376,47 @@ def resume_args(
 
 
 async def aresume(
-    run_dir: str | Path, *, sandbox: SandboxMode = SandboxMode.STRICT, **kwargs: Any
+    run_dir: str | Path,
+    *,
+    sandbox: SandboxMode = SandboxMode.STRICT,
+    api_key: str | None = None,
+    backend: Backend | None = None,
+    show_progress: bool = True,
+    install_signal_handlers: bool = False,
 ) -> RunSummary:
     """Continue the run in ``run_dir`` with the settings its manifest records (async);
-    programs run in ``sandbox`` mode, whatever the earlier invocations had."""
+    programs run in ``sandbox`` mode, whatever the earlier invocations had. The other
+    keywords are ``arun``'s."""
     job, input_path, settings = resume_args(run_dir, sandbox)
-    return await arun(job, input_path, run_dir, settings, **kwargs)
+    return await arun(
+        job,
+        input_path,
+        run_dir,
+        settings,
+        api_key=api_key,
+        backend=backend,
+        show_progress=show_progress,
+        install_signal_handlers=install_signal_handlers,
+    )
 
 
 def resume(
-    run_dir: str | Path, *, sandbox: SandboxMode = SandboxMode.STRICT, **kwargs: Any
+    run_dir: str | Path,
+    *,
+    sandbox: SandboxMode = SandboxMode.STRICT,
+    api_key: str | None = None,
+    backend: Backend | None = None,
+    show_progress: bool = True,
+    install_signal_handlers: bool = False,
 ) -> RunSummary:
     """Continue the run in ``run_dir`` with the settings its manifest records."""
-    return anyio.run(lambda: aresume(run_dir, sandbox=sandbox, **kwargs))
+    return anyio.run(
+        lambda: aresume(
+            run_dir,
+            sandbox=sandbox,
+            api_key=api_key,
+            backend=backend,
+            show_progress=show_progress,
+            install_signal_handlers=install_signal_handlers,
+        )
+    )

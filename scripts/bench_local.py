@@ -67,7 +67,7 @@ from pipeline.client.limits import Limiter  # noqa: E402
 from pipeline.client.models import ModelId  # noqa: E402
 from pipeline.core.answers import extract_code  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
-from pipeline.core.steps import Completion, ModelClient  # noqa: E402
+from pipeline.core.steps import Completion, ModelClient, Request  # noqa: E402
 from pipeline.io.records import read_records  # noqa: E402
 from pipeline.sandbox import syntax_problem  # noqa: E402
 from pipeline.serving import (  # noqa: E402
@@ -212,7 +212,7 @@ def old_layout(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
     return [*system, {"role": "user", "content": content}]
 
 
-class OldLayout:
+class OldLayout(ModelClient):
     """A model client that sends every call in the old layout (``old_layout``)."""
 
     def __init__(self, inner: ModelClient) -> None:
@@ -223,24 +223,10 @@ class OldLayout:
         """The wrapped client's model."""
         return self.inner.model
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,
-    ) -> Completion:
+    async def complete(self, request: Request) -> Completion:
         """The wrapped client's answer to the call rewritten in the old layout."""
         return await self.inner.complete(
-            old_layout(messages),
-            schema=schema,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            frequency_penalty=frequency_penalty,
-            cache_key=cache_key,
+            replace(request, messages=tuple(old_layout(request.messages)))
         )
 
 
@@ -354,7 +340,7 @@ async def replay(layout: str, model_name: str | None, traces: Path, concurrency:
                 async with limit:
                     await client.chat.completions.create(
                         model=server.model,
-                        messages=sent,
+                        messages=sent,  # type: ignore[arg-type]  # plain dicts, not its TypedDicts
                         max_tokens=max(1, int(step["usage"].get("completion_tokens", 1))),
                         temperature=0,
                         extra_body={"ignore_eos": True},

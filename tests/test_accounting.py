@@ -86,7 +86,7 @@ def test_failed_calls_are_traced_and_retry_failed_finishes_without_repeats(
 def test_status_counts_calls_of_unfinished_records_from_the_journal(tmp_path: Path) -> None:
     """A run stopped mid-record: status counts the journaled calls, not only finished records."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
-    script = [
+    script: list[str | Exception] = [
         _code("a0"),
         _feedback(done=True),  # r0: done after 2 calls
         _code("b0"),

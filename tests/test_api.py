@@ -3,34 +3,23 @@ started, however it ends is returned as a RunSummary (exit status, message, erro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pipeline import ConfigError, FatalCallError, JobError, RunSummary, Settings, run
 from pipeline.backends.realtime import RealTimeBackend
-from pipeline.core.steps import Completion
+from pipeline.core.steps import Completion, ModelClient, Request
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import tasks, write_jsonl
 
 
-class Misconfigured:
+class Misconfigured(ModelClient):
     """A model client that finds, at its first call, that it cannot work at all."""
 
     model = "m"
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,
-    ) -> Completion:
+    async def complete(self, request: Request) -> Completion:
         raise ConfigError("this client was set up wrong")
 
 

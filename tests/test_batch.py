@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from pipeline.client.formats import FormatLadder
 from pipeline.client.prices import PriceBook
 from pipeline.commands.cancel import cancel
 from pipeline.commands.status import collect
-from pipeline.core.steps import Completion
+from pipeline.core.steps import Completion, ModelClient, Request
 from tests.fake_batches import FakeBatchAPI, FakeClock, answer_text, completion
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
@@ -54,7 +53,7 @@ def batch_run(
     )
 
 
-class EchoClient:
+class EchoClient(ModelClient):
     """A real-time client answering exactly as the fake Batch API answers a line."""
 
     def __init__(self) -> None:
@@ -64,20 +63,12 @@ class EchoClient:
     def model(self) -> str:
         return MODEL
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        cache_key: str | None = None,
-    ) -> Completion:
-        sent, extra = self.ladder.request(messages, schema, 0)
+    async def complete(self, request: Request) -> Completion:
+        sent, extra = self.ladder.request(request.messages, request.schema, 0)
         body = {"model": MODEL, "messages": sent, **extra}
         usage = completion(body)["usage"]
         return Completion(
-            answer_text(body), usage["prompt_tokens"], usage["completion_tokens"], 0.1, 1
+            answer_text(body), usage["prompt_tokens"], usage["completion_tokens"], 0.1, 1, MODEL
         )
 
 
@@ -119,7 +110,7 @@ def test_batch_run_matches_real_time_at_half_the_cost(tmp_path: Path) -> None:
         ]
         assert all(s["batch_id"] in batch_ids for s in steps)
     # Feedback lines ask for the schema exactly as the real-time client does.
-    formats = [b.get("response_format") for b in api.bodies if "response_format" in b]
+    formats = [b["response_format"] for b in api.bodies if "response_format" in b]
     assert formats and all(
         f["type"] == "json_schema" and f["json_schema"]["strict"] for f in formats
     )
@@ -197,7 +188,8 @@ def test_failed_lines_follow_the_real_time_error_classes(tmp_path: Path) -> None
 
 
 def test_refused_response_format_steps_down_like_real_time(tmp_path: Path) -> None:
-    """Feedback lines refused for json_schema go out again as json_object, as in real time."""
+    """Feedback lines refused for json_schema go out again as json_object, using up no retry
+    and showing the refusal in the call's tries, as in real time."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
 
     def status(cid: str, body: dict[str, Any]) -> int:
@@ -214,6 +206,8 @@ def test_refused_response_format_steps_down_like_real_time(tmp_path: Path) -> No
     for t in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         (step,) = [s for s in t["steps"] if s["role"] == "feedback"][:1]
         assert "JSON Schema" in step["messages"][-1]["content"]  # the schema spelled out
+        assert step["attempts"] == 2 and [t[0] for t in step["tries"]] == [400, 200]
+    assert summary.counters.retries == 0
 
 
 def test_retries_end_at_max_retries(tmp_path: Path) -> None:
@@ -237,6 +231,9 @@ def test_failed_line_counts_survive_a_restart(tmp_path: Path) -> None:
     summary = batch_run(api, inp, tmp_path / "run", max_iters=0, max_retries=1, detach=True)
     assert summary.exit_code == 1
     assert len(api.batches) == 2
+    (trace,) = read_jsonl(tmp_path / "run" / "traces.jsonl")
+    (step,) = trace["steps"]  # the failed call shows the try an earlier invocation counted
+    assert step["attempts"] == 2 and [t[0] for t in step["tries"]] == [500, 500]
 
 
 def test_unauthorized_line_stops_the_run_with_exit_3(tmp_path: Path) -> None:

@@ -18,8 +18,8 @@ from pipeline.backends.ray.messages import (
     Event,
     Finished,
     Halted,
+    Orders,
     Reply,
-    Request,
     Saved,
     WireError,
 )
@@ -28,7 +28,7 @@ from pipeline.client.models import ModelId
 from pipeline.client.prices import PriceBook
 from pipeline.core.loader import load_job
 from pipeline.core.records import Record
-from pipeline.core.steps import Outcome, Step
+from pipeline.core.steps import Outcome, Request, Step
 from pipeline.errors import AuthError, BudgetReached, ConfigError, FatalCallError, UnavailableError
 from pipeline.runs.clients import Endpoint
 from pipeline.runs.settings import Settings, resolve
@@ -145,7 +145,7 @@ class Driver:
 
     async def exchange(self, *, ack: bool = True, **kw: object) -> Reply:
         """One exchange; the steps it brings are acknowledged in the next one when ``ack``."""
-        req = Request(self.instance, acks=tuple(self.acks), poll_s=0.05, **kw)  # type: ignore[arg-type]
+        req = Orders(self.instance, acks=tuple(self.acks), poll_s=0.05, **kw)  # type: ignore[arg-type]
         self.acks = []
         reply = await self.worker.exchange(req)
         self.replies.append(reply)
@@ -265,7 +265,7 @@ async def test_a_rejected_key_halts_records_with_the_error_that_stops_the_run() 
 async def test_a_request_for_an_earlier_process_is_ignored() -> None:
     """Acks and records meant for an actor's process that died are not taken by its successor."""
     async with started() as (driver, sim):
-        stale = Request("an-earlier-process", acks=(0,), assign=(Assignment(record()),))
+        stale = Orders("an-earlier-process", acks=(0,), assign=(Assignment(record()),))
         reply = await driver.worker.exchange(stale)
         assert reply.instance == driver.instance and reply.events == ()
         await anyio.sleep(0.1)
@@ -322,11 +322,12 @@ async def test_worker_gate_passes_a_cut_off_retrys_frequency_penalty() -> None:
     inner = ScriptedClient(["short answer"])
     gate = _Gate(inner, SimpleNamespace(stopping=False))  # type: ignore[arg-type]
     await gate.complete(
-        [{"role": "user", "content": "q"}],
-        schema=None,
-        temperature=0.0,
-        max_tokens=64,
-        frequency_penalty=0.5,
+        Request(
+            ({"role": "user", "content": "q"},),
+            temperature=0.0,
+            max_tokens=64,
+            frequency_penalty=0.5,
+        )
     )
     assert inner.penalties == [0.5]
 
@@ -352,7 +353,7 @@ async def test_a_workers_hooks_run_in_the_runs_sandbox_mode(
     job = load_job(str(path))
     with Simulator(SimConfig(latency_s=0.0)) as sim:
         s = resolve(Settings(model="sim-model", base_url=sim.url, max_iters=0, sandbox=mode), 0)
-        endpoint = Endpoint("sim-model", "sim-model", (sim.url,), "json_schema", None)
+        endpoint = Endpoint("sim-model", ModelId("sim-model"), (sim.url,), "json_schema", None)
         worker = Worker(WorkerSpec(JobFiles.of(job), s, endpoint, None, PriceBook(), False))
         driver = Driver(worker, await worker.start("k"))
         try:

@@ -14,13 +14,14 @@ from pipeline.client.context import CONTEXT_LENGTH, context_window, least_tokens
 from pipeline.client.limits import Limiter, estimate_tokens
 from pipeline.commands.estimate import render, run_estimate
 from pipeline.commands.fit import window_of
+from pipeline.core.steps import Request
 from pipeline.errors import CallError
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
 
-def user(text: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": text}]
+def user(text: str) -> tuple[dict[str, str], ...]:
+    return ({"role": "user", "content": text},)
 
 
 @pytest.mark.parametrize(
@@ -78,8 +79,8 @@ async def test_the_client_sends_no_call_that_cannot_fit() -> None:
             limiter=Limiter(), rng=random.Random(0), context_tokens=50,
         )  # fmt: skip
         with pytest.raises(CallError) as caught:
-            await client.complete(user("word " * 60), schema=None, temperature=0, max_tokens=10)
-        await client.complete(user("word " * 10), schema=None, temperature=0, max_tokens=10)
+            await client.complete(Request(user("word " * 60), temperature=0, max_tokens=10))
+        await client.complete(Request(user("word " * 10), temperature=0, max_tokens=10))
         await client.aclose()
         assert caught.value.kind == CONTEXT_LENGTH
         assert len(sim.requests) == 1 and client.calls == 1
@@ -103,7 +104,7 @@ def test_a_record_too_long_for_a_known_model_fails_unsent(tmp_path: Path) -> Non
     assert not any("context context" in m["content"] for b in sent for m in b["messages"])
     out = {o["id"]: o for o in read_jsonl(tmp_path / "run" / "outputs.jsonl")}
     assert out["huge"]["status"] == "failed"
-    assert out["huge"]["usage"]["calls"] == 0  # type: ignore[index]
+    assert out["huge"]["usage"]["calls"] == 0
     error = out["huge"]["error"]
     assert isinstance(error, dict) and error["type"] == CONTEXT_LENGTH
     assert "128,000-token context window of gpt-4o-mini" in error["message"]

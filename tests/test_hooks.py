@@ -83,7 +83,7 @@ def test_a_check_that_breaks_its_contract_gives_no_findings(check: Any, message:
         (lambda f, o: ["words", 3], "returned list, not a dict of metrics"),
         (lambda f, o: {1: 2}, "returned a metric named 1, not a string"),
         (lambda f, o: {"when": object()}, "returned a value that is not JSON"),
-        (lambda f, o: {}["x"], "raised KeyError: 'x'"),
+        (lambda f, o: dict[str, int]()["x"], "raised KeyError: 'x'"),
     ],
 )
 def test_an_evaluator_that_breaks_its_contract_gives_no_metrics(

@@ -19,15 +19,16 @@ import pytest
 from pipeline import Settings, run
 from pipeline.client.answers import http_client
 from pipeline.client.chat import OpenAIClient
+from pipeline.client.delays import NO_DELAYS
 from pipeline.client.limits import Limiter
 from pipeline.client.reach import os_error, preflight, unreachable
-from pipeline.client.retry import set_testing
+from pipeline.core.steps import Request
 from pipeline.errors import CallError, UnavailableError, UnreachableError
 from pipeline.testing.simulator import SimConfig, Simulator
-from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.helpers import NO_BACKOFF, read_jsonl, tasks, write_jsonl
 from tests.test_cli import refine
 
-MESSAGES = [{"role": "user", "content": "Say hello"}]
+MESSAGES = ({"role": "user", "content": "Say hello"},)
 DNS_FAILS = "http://nonexistent.invalid/v1"  # .invalid never resolves (RFC 6761)
 
 
@@ -55,7 +56,7 @@ def plain_http() -> Iterator[int]:
 def client_for(url: str, **kw: object) -> OpenAIClient:
     args: dict[str, object] = dict(
         model="m", base_url=url, api_key="k", timeout=10, max_retries=3,
-        limiter=Limiter(), rng=random.Random(0), backoff_base=0.0,
+        limiter=Limiter(), rng=random.Random(0), delays=NO_BACKOFF,
     )  # fmt: skip
     args.update(kw)
     return OpenAIClient(**args)  # type: ignore[arg-type]
@@ -99,7 +100,7 @@ async def test_before_any_success_the_first_failure_stops(url: str) -> None:
     client = client_for(url)
     started = time.monotonic()
     with pytest.raises(UnreachableError) as caught:
-        await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=5)
+        await client.complete(Request(MESSAGES, temperature=0, max_tokens=5))
     await client.aclose()
     assert time.monotonic() - started < 10
     assert url.removesuffix("/v1") in str(caught.value) and client.retries == 0
@@ -112,18 +113,14 @@ async def test_after_a_success_a_refused_connection_is_an_endpoint_fault() -> No
     exit 5), not a wrong URL."""
     sim = Simulator(SimConfig()).start()
     alone = client_for(sim.url, max_retries=0)
-    waits = client_for(sim.url, max_retries=3, max_outage=0.2)
+    waits = client_for(sim.url, max_retries=3, max_outage=0.2, delays=NO_DELAYS)  # no backoff
     for client in (alone, waits):
-        await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=5)
+        await client.complete(Request(MESSAGES, temperature=0, max_tokens=5))
     sim.stop()
     with pytest.raises(CallError) as failed:
-        await alone.complete(MESSAGES, schema=None, temperature=0, max_tokens=5)
-    set_testing(True)  # no backoff between the probes
-    try:
-        with pytest.raises(UnavailableError):
-            await waits.complete(MESSAGES, schema=None, temperature=0, max_tokens=5)
-    finally:
-        set_testing(False)
+        await alone.complete(Request(MESSAGES, temperature=0, max_tokens=5))
+    with pytest.raises(UnavailableError):
+        await waits.complete(Request(MESSAGES, temperature=0, max_tokens=5))
     for client in (alone, waits):
         await client.aclose()
     assert not isinstance(failed.value, UnreachableError)

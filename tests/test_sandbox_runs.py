@@ -95,7 +95,7 @@ def assert_nothing_escaped(run: Path, model: HostileModel, marker: Path) -> None
 
 def outcome(run: Path) -> dict[str, Mapping[str, Any]]:
     """Each record's output line, by id."""
-    return {str(o["id"]): o for o in read_jsonl(run / "outputs.jsonl")}  # type: ignore[misc]
+    return {str(o["id"]): o for o in read_jsonl(run / "outputs.jsonl")}
 
 
 def hostile_run(

@@ -7,8 +7,8 @@ import argparse
 import math
 from pathlib import Path
 
+from ..client.delays import RETRY_AFTER_CAP_S
 from ..client.flex import SERVICE_TIERS
-from ..client.retry import RETRY_AFTER_CAP_S
 from ..errors import ConfigError
 from ..runs.settings import Settings, parse_shard
 from ..sandbox import SandboxMode

@@ -12,8 +12,8 @@ of answer is behind ``AnswerKind``, and a job's checks and evaluator are functio
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -26,7 +26,18 @@ from .hooks import Judged, judge
 from .jobs import Job
 from .prompts import build_messages
 from .records import Record
-from .steps import LENGTH, Completion, Kind, ModelClient, Outcome, Role, Step, StepSink, Superseded
+from .steps import (
+    LENGTH,
+    Completion,
+    Kind,
+    ModelClient,
+    Outcome,
+    Request,
+    Role,
+    Step,
+    StepSink,
+    Superseded,
+)
 from .strategies import next_draft
 
 __all__ = [
@@ -90,30 +101,12 @@ class Next:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """The next model call of a record, exactly as it will be asked for."""
+    """The next model call of a record: its place in the loop, and the request it makes."""
 
     role: Role
     iteration: int
-    messages: list[dict[str, str]]
-    schema: Mapping[str, Any] | None
-    temperature: float
-    max_tokens: int
-    kind: Kind = Kind.ANSWER
-    frequency_penalty: float | None = None  # only on the repair of a cut-off call
-    cache_key: str | None = None  # the record's id: its calls share a prefix
-
-    def sampling(self) -> dict[str, float]:
-        """Sampling settings beyond the temperature, as request-body fields (often none)."""
-        if self.frequency_penalty is None:
-            return {}
-        return {"frequency_penalty": self.frequency_penalty}
-
-    def options(self) -> dict[str, Any]:
-        """Request options beyond the required ones, only where set (fakes may lack them)."""
-        out: dict[str, Any] = dict(self.sampling())
-        if self.cache_key is not None:
-            out["cache_key"] = self.cache_key
-        return out
+    kind: Kind
+    request: Request
 
 
 # -- the fold ----------------------------------------------------------------------------------
@@ -187,17 +180,16 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
         answer = answer_of(job.kind, steps, nxt.iteration - 1)
     # A repair is asked as the call it repairs was, with a repetition penalty.
     origin = steps[-1].kind if nxt.kind is Kind.REPAIR and steps[-1].kind else nxt.kind
-    return Call(
-        role=nxt.role,
-        iteration=nxt.iteration,
-        messages=build_messages(job, record, nxt.role, nxt.kind, nxt.iteration, steps, answer),
-        schema=job.feedback_schema if nxt.role == "feedback" else None,
+    messages = build_messages(job, record, nxt.role, nxt.kind, nxt.iteration, steps, answer)
+    request = Request(
+        tuple(messages),
         temperature=job.strategies.temperature(origin, job.temperature),
         max_tokens=job.max_tokens,
-        kind=nxt.kind,
+        schema=job.feedback_schema if nxt.role == "feedback" else None,
         frequency_penalty=RETRY_FREQUENCY_PENALTY if nxt.kind is Kind.REPAIR else None,
         cache_key=record.id,
     )
+    return Call(nxt.role, nxt.iteration, nxt.kind, request)
 
 
 # -- making a step -----------------------------------------------------------------------------
@@ -221,6 +213,11 @@ async def _evaluate(job: Job, record: Record, output: str, checks: bool) -> Judg
     return await anyio.to_thread.run_sync(
         judge, job.name, job.evaluator, checker, record.fields, shown, output
     )
+
+
+def _as_sent(sent: list[dict[str, str]] | None, call: Call) -> list[dict[str, str]]:
+    """The messages a step records: as the client sent them, else as the loop asked."""
+    return sent if sent is not None else [dict(m) for m in call.request.messages]
 
 
 def _usage(comp: Completion) -> dict[str, int]:
@@ -269,7 +266,7 @@ async def make_step(
     repair = job.strategies.repair and call.kind is not Kind.REPAIR
     common: dict[str, Any] = {
         "iteration": call.iteration,
-        "messages": comp.messages if comp.messages is not None else call.messages,
+        "messages": _as_sent(comp.messages, call),
         "response": comp.text,
         "usage": _usage(comp),
         "latency_s": comp.latency_s,
@@ -331,7 +328,7 @@ def failed_step(call: Call, err: CallError) -> Step:
     return Step(
         call.role,
         call.iteration,
-        err.messages if err.messages is not None else call.messages,
+        _as_sent(err.messages, call),
         None,
         None,
         {"prompt_tokens": 0, "completion_tokens": 0},
@@ -407,21 +404,11 @@ async def refine_record(
             return finish(job, record, steps, call.reason)
         model = critic if critic is not None and call.role == "feedback" else client
         try:
-            comp = await model.complete(
-                call.messages,
-                schema=call.schema,
-                temperature=call.temperature,
-                max_tokens=call.max_tokens,
-                **call.options(),
-            )
+            comp = await model.complete(call.request)
         except FatalCallError:
             raise
         except CallError as err:
-            if err.model is None:
-                err.model = model.model
             return call_failed(job, record, steps, call, err)
-        if comp.model is None:
-            comp = replace(comp, model=model.model)
         step = await make_step(job, record, call, comp, steps, policy.checks)
         await sink.save(record.id, len(steps), step)
         steps.append(step)

@@ -1,4 +1,5 @@
-"""The record of a model call: what a client returns, what the loop keeps, what a record ends as.
+"""The record of a model call: what a client is asked and returns, what the loop keeps, what a
+record ends as.
 
 Plain values shared by the client, the loop, the checkpoint store and the output files.
 Every step has a ``role`` (the part of Self-Refine it plays: generate, feedback, refine) and
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, Protocol
 
 from .hooks import HookFailure
@@ -23,6 +24,7 @@ __all__ = [
     "Kind",
     "ModelClient",
     "Outcome",
+    "Request",
     "Role",
     "Step",
     "StepSink",
@@ -80,6 +82,25 @@ class Try:
 
 
 @dataclass(frozen=True, slots=True)
+class Request:
+    """One model call as the loop asks for it: what every client is given, and all of it.
+
+    Nothing here is any provider's: how the schema is asked for, the prompt cache key's
+    field, a service tier are the client's business. The messages are a tuple of read-only
+    mappings, shared, never copied: a client that changes them (a schema spelled out in
+    the prompt) sends a copy and returns it as ``Completion.messages``.
+    """
+
+    messages: tuple[Mapping[str, str], ...]
+    _: KW_ONLY
+    temperature: float
+    max_tokens: int
+    schema: Mapping[str, Any] | None = None  # the feedback's JSON schema: structured output
+    frequency_penalty: float | None = None  # only on the repair of a cut-off call
+    cache_key: str | None = None  # the record's id: its calls share a prompt prefix
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """What a client returns for one successful model call."""
 
@@ -88,9 +109,9 @@ class Completion:
     completion_tokens: int
     latency_s: float
     attempts: int
+    model: str  # the model that answered, as the run records it
     finish_reason: str | None = None
     messages: list[dict[str, str]] | None = None  # as sent, when the client changed them
-    model: str | None = None  # the model that answered (set by the client)
     tries: tuple[Try, ...] = ()  # every attempt, when there was more than one
     cached_tokens: int = 0  # prompt tokens the provider served from its cache
     batch_id: str | None = None  # the Batch API batch that carried the call
@@ -105,16 +126,14 @@ class ModelClient(Protocol):
         """The model name this client calls (recorded on every step)."""
         ...
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,
-    ) -> Completion: ...
+    async def complete(self, request: Request) -> Completion:
+        """The answer to ``request``.
+
+        Raises CallError when the call fails for good (its record fails; the error carries
+        the call's trace data: attempts, tries, the messages as sent, the model) and a
+        FatalCallError when the run must stop.
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,9 +34,9 @@ from pipeline.serving import (
     ServerStartError,
     check_llama_cpp,
     resolve_model,
-    serving,
 )
 from pipeline.serving import binary as binary_module
+from pipeline.serving import endpoint as serving
 from pipeline.serving.cpu import PORTABLE, find_cpu_library, is_x86_64, probe_build
 from pipeline.serving.smoke import smoke
 

@@ -99,6 +99,7 @@ async def test_embedded_model_is_recorded_and_priced_as_local() -> None:
     from pipeline.client.budget import Budget
     from pipeline.client.models import ModelId
     from pipeline.client.prices import PriceBook
+    from pipeline.core.steps import Request
     from pipeline.runs.clients import Endpoint, open_client
     from pipeline.runs.settings import resolve
     from pipeline.testing.simulator import SimConfig, Simulator
@@ -109,7 +110,7 @@ async def test_embedded_model_is_recorded_and_priced_as_local() -> None:
         client = open_client(endpoint, resolve(Settings(), 1), None, budget)
         try:
             comp = await client.complete(
-                [{"role": "user", "content": "hi"}], schema=None, temperature=0.0, max_tokens=16
+                Request(({"role": "user", "content": "hi"},), temperature=0.0, max_tokens=16)
             )
         finally:
             await client.aclose()
@@ -128,6 +129,7 @@ async def test_the_local_critic_is_shown_the_schema_its_grammar_enforces(
     from pipeline.client.budget import Budget
     from pipeline.client.prices import PriceBook
     from pipeline.core.loader import load_job
+    from pipeline.core.steps import Request
     from pipeline.runs.clients import open_client
     from pipeline.runs.settings import resolve
     from pipeline.serving.endpoint import serve
@@ -144,10 +146,10 @@ async def test_the_local_critic_is_shown_the_schema_its_grammar_enforces(
                 Budget(None, PriceBook()),
             )  # fmt: skip
             try:
+                asked = ({"role": "user", "content": "Review it."},)
                 comp = await client.complete(
-                    [{"role": "user", "content": "Review it."}],
-                    schema=schema, temperature=0.0, max_tokens=400,
-                )  # fmt: skip
+                    Request(asked, temperature=0.0, max_tokens=400, schema=schema)
+                )
             finally:
                 await client.aclose()
             body = sim.requests[-1].body

@@ -7,8 +7,9 @@ The driver holds a window of records (their steps in memory: the memory bound is
 2. looks at each batch in flight; an ended batch's lines are matched to their calls by
    custom_id and checkpointed exactly like real-time calls (a line is applied only when
    its record's journal holds exactly the steps before it, so no line is applied twice),
-   failed lines follow the real-time retry policy, lines never run go out again, and the
-   batch's files are deleted;
+   failed lines follow the one retry sequence real-time calls follow (each call's
+   ``Attempts``, kept across the batches that carry it), lines never run go out again,
+   and the batch's files are deleted;
 3. sends the next call of every record waiting for one: lines grouped by model, split
    within the file limits, each batch's intent journaled in the ledger before anything
    is sent and its id right after it is created.
@@ -31,13 +32,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
-import orjson
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
+from ...client.attempts import Attempts, FailRecord, Retry, StopRun
 from ...client.context import context_window, overflow
 from ...client.formats import FormatLadder
 from ...client.limits import estimate_tokens
-from ...client.retry import OutageState, decide
 from ...core.loop import Call, Stop, call_failed, finish, make_step, next_call
 from ...core.records import Record
 from ...core.steps import Completion, Outcome, Try
@@ -55,7 +55,7 @@ from .batches import Batches
 from .config import BatchConfig
 from .control import Control
 from .ledger import Entry, Ledger
-from .lines import LINE_OVERHEAD, Answer, read_result, split
+from .lines import LINE_OVERHEAD, Answer, read_result, request_body, split
 from .window import Held, Window
 
 __all__ = ["BatchDriver"]
@@ -99,7 +99,8 @@ class BatchDriver:
             poll=self.settings.poll,
             clock=clock,
         )
-        self.auth: CallError | None = None  # a line refused the key: stops after the batch
+        self.stopped: StopRun | None = None  # a line stops the run (the key refused): after
+        # the batch's other lines are saved
         self.calls = 0  # batch lines answered and checkpointed
         self.retries = 0  # failed lines sent again in a later batch
 
@@ -140,8 +141,8 @@ class BatchDriver:
         while not stop.stopping:
             await self._fill(receive)
             await self._poll()
-            if self.auth is not None:
-                raise self.auth
+            if self.stopped is not None:
+                raise self.stopped.error from self.stopped.cause
             await self._submit()
             self._publish()
             if self._done():
@@ -199,31 +200,37 @@ class BatchDriver:
         held = Held(record, steps)
         self.window.held[record.id] = held
         live = self.window.live.pop(record.id, None)
-        statuses = self.ledger.state.failures.get((record.id, len(steps)), ())
-        held.tries = [Try(s, 0.0) for s in statuses]
-        self._advance(held)
+        self._advance(held, self.ledger.state.failures.get((record.id, len(steps)), ()))
         if held.call is not None and live is not None and live[1] == len(steps):
             held.token = live[0]
             side = self.sides.side(held.call.role)
-            sent, _ = self.formats.request(held.call.messages, held.call.schema, 0)
+            request = held.call.request
+            sent, _ = self.formats.request(request.messages, request.schema, 0)
             # Already paid for: held even when the budget has no room left.
             amount = self.session.budget.worst_case(
-                side.model, estimate_tokens(sent), held.call.max_tokens, batch=True
+                side.model, estimate_tokens(sent), request.max_tokens, batch=True
             )
             if amount is not None:
                 held.reservation = self.session.budget.try_reserve(side.model, amount, batch=True)
 
-    def _advance(self, held: Held) -> None:
-        """Plan the record's next call, or finish it."""
+    def _advance(self, held: Held, failures: Sequence[int | str] = ()) -> None:
+        """Plan the record's next call, or finish it. ``failures``: the statuses of the
+        call's failed attempts that used up a retry, as the ledger counted them (a resume)."""
         nxt = next_call(self.session.job, held.record, held.steps, self.session.policy)
         if isinstance(nxt, Stop):
             self._finish(held, finish(self.session.job, held.record, held.steps, nxt.reason))
-        else:
-            held.call = nxt
+            return
+        held.call = nxt
+        held.attempts = Attempts(
+            self.sides.side(nxt.role).model,
+            self.settings.max_retries,
+            tries=(Try(s, 0.0) for s in failures),
+            counted=len(failures),
+        )
 
     def _finish(self, held: Held, outcome: Outcome) -> None:
         self._release(held)
-        held.call = None
+        held.call, held.attempts = None, None
         self.window.held.pop(held.record.id, None)
         self.session.finish(outcome)
 
@@ -290,8 +297,8 @@ class BatchDriver:
     ) -> None:
         """Apply one line of an ended batch to its record."""
         held.token = None
-        call = held.call
-        assert call is not None
+        call, attempts = held.call, held.attempts
+        assert call is not None and attempts is not None
         result = None if line is None else read_result(line)
         if result is None and info.status == "completed":
             # A batch that says it ran every line but holds no answer for this one: counted
@@ -300,36 +307,27 @@ class BatchDriver:
         if result is None:  # never run (expired or cancelled first): out again, no retry used
             self._release(held)
             return
-        side = self.sides.named(entry.side)
-        sent, _ = self.formats.request(call.messages, call.schema, level)
+        request = call.request
+        sent, _ = self.formats.request(request.messages, request.schema, level)
         if isinstance(result, Answer):
-            await self._answered(held, side, info, sent, result, latency)
+            await self._answered(held, self.sides.named(entry.side), info, sent, result, latency)
             return
         self._release(held)
-        err = result
-        if call.schema is not None and err.status is not None:
-            lower = self.formats.refused(err.status, str(err), level)
-            if lower is not None:  # asked the format the endpoint refuses: not a failed attempt
-                held.level = lower
-                return
-        decision = decide(
-            err,
-            attempt=len(held.tries) + 1,
-            max_retries=self.settings.max_retries,
-            outage=OutageState(),
-            rand=0.0,
-        )
-        if decision.action == "stop":
-            self.auth = err  # stops the run once the batch's other lines are saved
-            return
-        held.tries.append(Try(err.status or err.kind, latency))
-        if decision.action == "retry":
-            failed.append((held.record.id, len(held.steps), err.status or err.kind))
+        attempts.failed(result, latency)
+        ladder = self.formats if request.schema is not None else None
+        # No outage breaker and no waits here: a retried line goes out in the next batch,
+        # whatever the verdict's delay.
+        verdict = attempts.after(result, sent, level, ladder=ladder)
+        if isinstance(verdict, StopRun):
+            self.stopped = verdict  # once the batch's other lines are saved
+        elif isinstance(verdict, FailRecord):
+            failure = call_failed(self.session.job, held.record, held.steps, call, verdict.error)
+            self._finish(held, failure)
+        elif isinstance(verdict, Retry):
+            if verdict.counted:  # the ledger keeps it: a resumed call has used it up
+                failed.append((held.record.id, len(held.steps), result.status or result.kind))
             self.retries += 1
-            return
-        err.attempts, err.tries = len(held.tries), tuple(held.tries)
-        err.messages, err.model = sent, side.model
-        self._finish(held, call_failed(self.session.job, held.record, held.steps, call, err))
+        # A StepDown goes out in the next batch, at its lower level.
 
     async def _answered(
         self,
@@ -340,17 +338,17 @@ class BatchDriver:
         answer: Answer,
         latency: float,
     ) -> None:
-        call = held.call
-        assert call is not None
+        call, attempts = held.call, held.attempts
+        assert call is not None and attempts is not None
         usage = answer.usage
-        tries = (*held.tries, Try(200, latency)) if held.tries else ()
+        tries = attempts.succeeded(latency)
         comp = Completion(
             text=answer.text,
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             cached_tokens=usage["cached_tokens"],
             latency_s=latency,
-            attempts=len(held.tries) + 1,
+            attempts=len(attempts.tries),
             finish_reason=answer.finish_reason,
             messages=sent,
             model=side.model,
@@ -367,7 +365,7 @@ class BatchDriver:
             held.reservation = None
         else:
             budget.charge(side.model, step.usage, batch=True)
-        held.tries, held.level, held.call = [], 0, None
+        held.call, held.attempts = None, None
         self.calls += 1
         self._advance(held)
 
@@ -386,13 +384,13 @@ class BatchDriver:
         by_side: dict[str, list[tuple[Held, bytes, int]]] = {}
         blocked = 0
         for held in self.window.ready():
-            call = held.call
-            assert call is not None
+            call, attempts = held.call, held.attempts
+            assert call is not None and attempts is not None
             side = self.sides.side(call.role)
             if side.name in self.batches.blocked:
                 continue
-            level = max(self.formats.level, held.level)
-            sent, extra = self.formats.request(call.messages, call.schema, level)
+            level = attempts.level(self.formats)
+            sent, extra = self.formats.request(call.request.messages, call.request.schema, level)
             window = self.settings.context_tokens or context_window(side.model)
             too_long = None if window is None else overflow(sent, window, side.model)
             if too_long is not None:  # fails unsent, as a real-time call would
@@ -403,16 +401,7 @@ class BatchDriver:
             if held.reservation is None and not self._reserve(held, side, sent, call):
                 blocked += 1
                 continue
-            body = orjson.dumps(
-                {
-                    "model": side.model,
-                    "messages": sent,
-                    "temperature": call.temperature,
-                    "max_tokens": call.max_tokens,
-                    **call.sampling(),
-                    **extra,
-                }
-            )
+            body = request_body(side.model, sent, call.request, extra)
             if len(body) + LINE_OVERHEAD > self.config.max_bytes:
                 self._too_large(held, call, sent, side, len(body))
                 continue
@@ -435,7 +424,8 @@ class BatchDriver:
     def _reserve(self, held: Held, side: Side, sent: list[dict[str, str]], call: Call) -> bool:
         """Hold the call's worst case at Batch API prices; False when it does not fit."""
         budget = self.session.budget
-        amount = budget.worst_case(side.model, estimate_tokens(sent), call.max_tokens, batch=True)
+        tokens = call.request.max_tokens
+        amount = budget.worst_case(side.model, estimate_tokens(sent), tokens, batch=True)
         if amount is None:
             budget.unknown = True
             return True

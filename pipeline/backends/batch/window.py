@@ -8,12 +8,13 @@ memory). A record of a batch an earlier invocation left in flight is read past t
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ...client.attempts import Attempts
 from ...client.budget import Reservation
 from ...core.loop import Call
 from ...core.records import Record
-from ...core.steps import Step, Try
+from ...core.steps import Step
 from .ledger import Entry
 
 __all__ = ["Held", "Window"]
@@ -21,14 +22,16 @@ __all__ = ["Held", "Window"]
 
 @dataclass(slots=True)
 class Held:
-    """A record in the window: its steps, its next call and the batch carrying that call."""
+    """A record in the window: its steps, its next call and that call's attempts, and the
+    batch carrying the call."""
 
     record: Record
     steps: list[Step]
     call: Call | None = None
-    level: int = 0  # this call's structured-output floor, after a 400 hinting at the format
+    # The call's retry sequence (its tries, retries used, format floor): set with ``call``,
+    # kept across the batches that carry it.
+    attempts: Attempts | None = None
     token: str | None = None  # the open batch that carries the call
-    tries: list[Try] = field(default_factory=list)  # failed attempts that used up a retry
     reservation: Reservation | None = None
 
 

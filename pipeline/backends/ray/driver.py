@@ -4,7 +4,7 @@ The driver keeps what a single process keeps, the reader, the checkpoint journal
 output files, so no filesystem is shared and resume is unchanged. Each worker runs up to
 ``--concurrency`` records; the driver keeps one ``exchange`` call in flight per worker
 (see ``messages``): it journals the steps a reply brings, acknowledges them in the next
-request, writes finished records, refills the worker, and answers its asks for time slots
+orders, writes finished records, refills the worker, and answers its asks for time slots
 (``pacing``) and budget reservations (``spending``).
 
 A worker process that dies (``RayActorError``) loses only its calls in flight: its records
@@ -38,7 +38,7 @@ from ...runs.clients import ClientPlan
 from ...runs.session import CallCounts, Session, StopReason, stop_reason_of
 from .connect import connect
 from .jobfiles import JobFiles
-from .messages import Assignment, Crashed, Finished, Halted, Reply, Request, Saved
+from .messages import Assignment, Crashed, Finished, Halted, Orders, Reply, Saved
 from .pacing import answer
 from .spending import Accounts, reached
 from .worker import Worker, WorkerSpec
@@ -242,7 +242,7 @@ class _Link:
                 continue
             for a in assign:
                 self.running[a.record.id] = _Running(a.record, list(a.prior))
-            request = Request(
+            orders = Orders(
                 self.instance,
                 tuple(self.acks),
                 tuple(assign),
@@ -252,7 +252,7 @@ class _Link:
             )
             self.acks, self.waits = [], ()
             try:
-                reply: Reply = await self.handle.exchange.remote(request)
+                reply: Reply = await self.handle.exchange.remote(orders)
             except ray.exceptions.RayActorError as err:
                 self._lost(_first_line(err))
                 continue

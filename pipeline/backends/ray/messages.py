@@ -1,10 +1,10 @@
 """What the driver and a Ray worker say to each other.
 
-The driver keeps one call in flight per worker, ``Worker.exchange(Request) -> Reply``. A
-request carries acknowledgements of journaled steps, records to run, answers to the
+The driver keeps one call in flight per worker, ``Worker.exchange(Orders) -> Reply``.
+The orders carry acknowledgements of journaled steps, records to run, answers to the
 worker's asks (time slots, budget reservations) and whether to stop; the reply carries what
 happened since (steps to journal, records finished or halted, calls settled) and the
-worker's new asks. Time slots asked in a reply are answered in the very next request, in
+worker's new asks. Time slots asked in a reply are answered by the very next orders, in
 order; a reservation is answered by its number, later when it has to wait for money.
 Everything here crosses process boundaries: plain values only (errors too, see WireError).
 """
@@ -24,9 +24,9 @@ __all__ = [
     "Event",
     "Finished",
     "Halted",
+    "Orders",
     "PaceAsk",
     "Reply",
-    "Request",
     "Saved",
     "WireError",
 ]
@@ -128,8 +128,8 @@ class PaceAsk:
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
-    """The driver to a worker."""
+class Orders:
+    """The driver to a worker (named apart from a model call's ``core.steps.Request``)."""
 
     instance: str  # the worker process this is meant for; another one ignores it
     acks: tuple[int, ...] = ()

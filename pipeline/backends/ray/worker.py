@@ -18,9 +18,7 @@ import os
 import socket
 import traceback
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -30,13 +28,23 @@ from ...client.chat import OpenAIClient
 from ...client.prices import PriceBook
 from ...core.jobs import Job
 from ...core.loop import Policy, refine_record
-from ...core.steps import Completion, ModelClient, Step
+from ...core.steps import Completion, ModelClient, Request, Step
 from ...errors import BudgetReached, FatalCallError
 from ...runs.clients import Endpoint, open_client
 from ...runs.settings import Settings, effective_job
 from ...sandbox import require_isolation, use_mode
 from .jobfiles import JobFiles
-from .messages import Assignment, Crashed, Event, Finished, Halted, Reply, Request, Saved, WireError
+from .messages import (
+    Assignment,
+    Crashed,
+    Event,
+    Finished,
+    Halted,
+    Orders,
+    Reply,
+    Saved,
+    WireError,
+)
 from .pacing import RemoteLimiter
 from .spending import RemoteBudget
 
@@ -72,26 +80,10 @@ class _Gate:
     def model(self) -> str:
         return self._client.model
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,
-    ) -> Completion:
+    async def complete(self, request: Request) -> Completion:
         if self._session.stopping:
             raise _Stopping
-        return await self._client.complete(
-            messages,
-            schema=schema,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            frequency_penalty=frequency_penalty,
-            cache_key=cache_key,
-        )
+        return await self._client.complete(request)
 
 
 class _AckSink:
@@ -249,7 +241,7 @@ class Worker:
             for client in session.clients:
                 await client.aclose()
 
-    async def exchange(self, req: Request) -> Reply:
+    async def exchange(self, req: Orders) -> Reply:
         """Take the driver's news, wait a little for ours, and return it."""
         s = self._session
         if s is None or req.instance != self.instance:
