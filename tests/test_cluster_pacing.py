@@ -73,7 +73,7 @@ async def test_unlimited_requests_go_at_once_and_ask_nothing() -> None:
     """Without a limit no request waits for the driver: no round trip at all."""
     lim, clock, wakes = remote(limited=False)
     booking = await lim.acquire(40, 10)
-    assert booking == Booking(40, 50)
+    assert booking == Booking(40, 50, 10)
     assert not lim.take() and not wakes and clock.waits == []
 
 
