@@ -27,20 +27,44 @@ def records_for(name: str) -> list[dict[str, Any]]:
     return [{**row, "id": f"r{i}"} for i, row in enumerate(rows[:4])]
 
 
+def _sent(body: dict[str, Any]) -> bytes:
+    """A request's conversation: its messages (and Anthropic's system blocks), breakpoints
+    left out (they move as a conversation grows)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items() if k != "cache_control"}
+        return [plain(v) for v in value] if isinstance(value, list) else value
+
+    return orjson.dumps([plain(body.get("system")), plain(body["messages"])])
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.parametrize("name", sorted(builtin_jobs()))
-def test_every_refine_call_carries_the_whole_history(name: str, tmp_path: Path) -> None:
-    """--max-iters 2 --min-iters 1: every refine call holds each shown input field, every
-    earlier iteration's answer, every earlier feedback's actions and what the checks found;
-    no two requests carry the same messages."""
+def test_every_refine_call_carries_the_whole_history(
+    name: str, provider: str, tmp_path: Path
+) -> None:
+    """--max-iters 2 --min-iters 1, on an OpenAI-compatible endpoint and on Claude over
+    Anthropic's Messages API: every refine call holds each shown input field, every earlier
+    iteration's answer, every earlier feedback's actions and what the checks found; no two
+    requests carry the same messages."""
     job = load_job(name)
     rows = records_for(name)
     inp = write_jsonl(tmp_path / "in.jsonl", rows)
     with Simulator(SimConfig(p_done=0.0)) as sim:
-        settings = Settings(model="sim", base_url=sim.url, max_iters=2, min_iters=1)
+        if provider == "openai":
+            settings = Settings(model="sim", base_url=sim.url, max_iters=2, min_iters=1)
+        else:
+            url, model = sim.anthropic_url, "anthropic:claude-sonnet-4-6"
+            settings = Settings(model=model, base_url=url, max_iters=2, min_iters=1)
         summary = run(name, inp, tmp_path / "run", settings, api_key="k", show_progress=False)
-        sent = [orjson.dumps(b["messages"]) for b in sim.completed_bodies()]
+        bodies = sim.completed_bodies()
+        sent = [_sent(b) for b in bodies]
+        claude = [b for b in bodies if isinstance(b.get("system"), list)]
     assert summary.exit_code == 0
     assert len(set(sent)) == len(sent)
+    # every call went over the provider's own API
+    assert len(claude) == (len(bodies) if provider == "anthropic" else 0)
     shown = [f.name for f in job.inputs if f.use == "prompt"]
     by_id = {row["id"]: row for row in rows}
     refines = 0

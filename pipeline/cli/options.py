@@ -10,7 +10,7 @@ from pathlib import Path
 from ..client.delays import RETRY_AFTER_CAP_S
 from ..client.flex import SERVICE_TIERS
 from ..errors import ConfigError
-from ..runs.settings import Settings, parse_shard
+from ..runs.settings import CACHE_TTLS, Settings, parse_shard
 from ..sandbox import SandboxMode
 
 __all__ = [
@@ -109,14 +109,20 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         "Parquet, or CSV with a header row; for Parquet and CSV a record's line is its "
         "1-based row number",
     )
-    p.add_argument("--model", default=_DEFAULTS.model, help="model name (default %(default)s)")
+    p.add_argument(
+        "--model",
+        default=_DEFAULTS.model,
+        help="model name on an OpenAI-compatible endpoint, or anthropic:NAME for a Claude "
+        "model over Anthropic's Messages API (default %(default)s)",
+    )
     p.add_argument(
         "--base-url",
         action="append",
         metavar="URL",
-        help="OpenAI-compatible endpoint (default: the run's own, for an existing RUN_DIR; "
-        "else $OPENAI_BASE_URL, else OpenAI); give it more than once for replicas of the "
-        "model (the least loaded gets each request); the API key comes from $OPENAI_API_KEY",
+        help="the model's endpoint (default: the run's own, for an existing RUN_DIR; else "
+        "$OPENAI_BASE_URL, else OpenAI; for anthropic:NAME $ANTHROPIC_BASE_URL, else "
+        "Anthropic); give it more than once for replicas of the model (the least loaded "
+        "gets each request); the API key comes from $OPENAI_API_KEY ($ANTHROPIC_API_KEY)",
     )
     p.add_argument(
         "--feedback-model",
@@ -275,4 +281,12 @@ def add_pace_options(p: argparse.ArgumentParser) -> None:
         "billed at the model's batch rate, slower (the default --timeout becomes 900 s); "
         "its 429 resource_unavailable is waited out, using up no retry, until no flex call "
         "has succeeded for --max-outage seconds (exit 5, resumable)",
+    )
+    p.add_argument(
+        "--cache-ttl",
+        choices=CACHE_TTLS,
+        help="Claude models (anthropic:NAME): how long the conversation prefixes each call "
+        "marks stay in Anthropic's prompt cache; 1h costs 2x the input price to write "
+        "instead of 1.25x, and pays when a record's calls come more than 5 minutes apart "
+        "(--batch rounds); reads cost 0.1x either way (default: the run's own, else 5m)",
     )

@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 
+from ...client.models import Provider
 from ...errors import ConfigError
 from ...runs.clients import ClientPlan, Endpoint
 from ...runs.session import Session
-from ...runs.settings import DEFAULT_TIMEOUT_S, Settings
+from ...runs.settings import DEFAULT_TIMEOUT_S, Settings, providers
 from .api import BatchAPI, OpenAIBatchAPI, Sides, open_sides
 from .config import BatchConfig
 from .driver import BatchDriver
@@ -52,11 +53,17 @@ class BatchBackend:
         return self.api is None
 
     def check(self, settings: Settings) -> None:
-        """Refuse the embedded local model (before it is started): it has no Batch API."""
+        """Refuse the embedded local model (before it is started): it has no Batch API;
+        and Anthropic's models, whose Message Batches this backend does not speak yet."""
         if settings.local or settings.critic_is_local:
             raise ConfigError(
                 "--batch needs an endpoint with the Batch API (/v1/batches); "
                 "the embedded local model has none"
+            )
+        if Provider.ANTHROPIC in providers(settings):
+            raise ConfigError(
+                "--batch does not send Claude models (anthropic:NAME) through Message "
+                "Batches yet: run them in real time (without --batch)"
             )
 
     @contextlib.asynccontextmanager
