@@ -197,9 +197,10 @@ class ChatClient(ABC, Generic[C]):
         """The prompt tokens the provider's input limit counts (all of them, by default)."""
         return usage["prompt_tokens"]
 
-    def _refused(self, endpoint: Endpoint[C], request: Request, failed: Failed) -> bool:
-        """Whether the endpoint refused a field of the dialect's it does not take, now
-        dropped: the call goes again at once, using up no retry (none, by default)."""
+    def _refused(self, endpoint: Endpoint[C], payload: bytes, failed: Failed) -> bool:
+        """Whether the endpoint refused a field of the dialect's that ``payload`` (the
+        attempt's body) carried and that it does not take, now dropped for the endpoint:
+        the call goes again at once, using up no retry (none, by default)."""
         return False
 
     def _quota_spent(self, status: int, code: str | None, message: str, wait: float | None) -> bool:
@@ -272,7 +273,7 @@ class ChatClient(ABC, Generic[C]):
             failure = error.failure
             attempts.failed(failure, round(self._clock() - sent_at, 4))
             # The endpoint's own refusals first: they are about it, not about the call.
-            if self._refused(endpoint, request, error):
+            if self._refused(endpoint, payload, error):
                 continue
             if self.service_tier == FLEX and flex_refused(failure.status, error.code):
                 refused += 1

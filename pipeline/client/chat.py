@@ -21,7 +21,7 @@ import orjson
 from ..core.steps import Request
 from ..errors import CallError
 from .answers import error_message, http_client, read_answer, redact
-from .caching import cache_key_refused, cache_options
+from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
 from .calls import ChatClient, Failed, Reply, Status
 from .endpoints import Endpoint
 from .flex import tier_options
@@ -90,11 +90,14 @@ class OpenAIClient(ChatClient[openai.AsyncOpenAI]):
         return read_answer(data)
 
     def _refused(
-        self, endpoint: Endpoint[openai.AsyncOpenAI], request: Request, failed: Failed
+        self, endpoint: Endpoint[openai.AsyncOpenAI], payload: bytes, failed: Failed
     ) -> bool:
-        """A 400 refusing ``prompt_cache_key`` (when it was sent): dropped for this endpoint."""
-        sent_key = request.cache_key is not None and endpoint.takes_cache_key
+        """A 400 refusing ``prompt_cache_key`` (when this attempt sent it: another call may
+        have dropped it meanwhile): dropped for this endpoint."""
         failure = failed.failure
+        if failure.status != 400:
+            return False
+        sent_key = CACHE_KEY_PARAM in orjson.loads(payload)  # (a refusal without it fails)
         if sent_key and cache_key_refused(failure.status, str(failure), failed.param):
             endpoint.takes_cache_key = False  # unknown to this server: go again without
             return True
