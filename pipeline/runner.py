@@ -175,7 +175,8 @@ def _check_budget(prices: PriceBook, generator: Endpoint, critic: Endpoint | Non
             raise ConfigError(
                 f"--budget needs the price of {str(side.model_id)!r}, which is not in the "
                 "built-in table: give it with --prices FILE (JSON or TOML: model -> "
-                "{input, output[, cached_input, batch]}, dollars per million tokens)"
+                "{input, output[, cached_input, cache_write, cache_write_1h, batch]}, dollars "
+                "per million tokens)"
             )
 
 

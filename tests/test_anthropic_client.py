@@ -4,6 +4,7 @@ path's, the format ladder, cut-off answers, and a whole run costing what the ser
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,22 @@ import pytest
 
 from pipeline import Settings, run
 from pipeline.client.anthropic import AnthropicClient
+from pipeline.client.budget import PROMPT_MARGIN, Budget
 from pipeline.client.limits import Limiter
+from pipeline.client.prices import PriceBook, load_prices
+from pipeline.commands.estimate import from_prompts
+from pipeline.commands.estimate import render as render_estimate
+from pipeline.commands.status import collect
+from pipeline.commands.status import render as render_status
+from pipeline.core.loader import load_job
 from pipeline.core.steps import Request
 from pipeline.errors import AuthError, CallError, ConfigError, UnavailableError
+from pipeline.report.aggregate import summarize
 from pipeline.runs.settings import resolve
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import NO_BACKOFF, read_jsonl, tasks, write_jsonl
 from tests.test_client import SCHEMA
+from tests.test_prefix_cache import long_tasks
 
 KEY = "sk-ant-test-key"
 MODEL = "anthropic:claude-sonnet-4-6"
@@ -227,6 +237,14 @@ def test_a_run_on_claude_costs_what_the_simulator_bills(tmp_path: Path) -> None:
     assert sum(u.get("cache_write_tokens", 0) for u in made) == bill["cache_write_5m_tokens"]
     assert sum(u["prompt_tokens"] for u in made) == bill["prompt_tokens"]
     assert any("output_config" in b for b in bodies)
+    info = collect(tmp_path / "run")
+    assert info["cache_write_tokens"] == bill["cache_write_5m_tokens"] > 0
+    assert info["cached_tokens"] == bill["cached_tokens"]
+    assert info["cost_usd"] == pytest.approx(bill["total_usd"], abs=1e-5)
+    assert f"{bill['cache_write_5m_tokens']} written to the cache" in render_status(info)
+    report = summarize(tmp_path / "run")
+    assert report.cache_write_tokens == bill["cache_write_5m_tokens"]
+    assert report.cost_usd == pytest.approx(bill["total_usd"], abs=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -265,3 +283,58 @@ def test_a_claude_run_reads_anthropics_key_and_says_which(
     manifest = orjson.loads((tmp_path / "run2" / "manifest.json").read_bytes())
     assert manifest["settings"]["cache_ttl"] == "5m"
     assert manifest["endpoints"][-1]["base_url"] == [sim.anthropic_url]
+
+
+def test_a_price_file_sets_each_cache_rate(tmp_path: Path) -> None:
+    """--prices may give a Claude model's cache_write and cache_write_1h rates; a call's
+    cost prices reads, 5-minute writes, 1-hour writes and plain input each at its own."""
+    path = tmp_path / "prices.toml"
+    path.write_text(
+        '["anthropic:claude-sonnet-4-6"]\ninput = 2.0\noutput = 10.0\ncached_input = 0.5\n'
+        "cache_write = 3.0\ncache_write_1h = 7.0\n"
+    )
+    price = PriceBook(load_prices(path)).price(MODEL)
+    assert price is not None
+    usage = {
+        "prompt_tokens": 1_000_000 + 300_000 + 400_000 + 100_000,
+        "cached_tokens": 300_000,
+        "cache_write_tokens": 500_000,
+        "cache_write_1h_tokens": 100_000,
+        "completion_tokens": 100_000,
+    }
+    assert price.cost(usage) == pytest.approx(2.0 + 0.15 + 1.2 + 0.7 + 1.0)
+    assert price.cost(usage, batch=True) == pytest.approx((2.0 + 0.15 + 1.2 + 0.7 + 1.0) / 2)
+    builtin = PriceBook().price("anthropic:claude-haiku-4-5-20251001")
+    assert builtin is not None and (builtin.write_rate, builtin.write_1h_rate) == (1.25, 2.0)
+
+
+@pytest.mark.anyio
+async def test_the_budget_holds_a_claude_prompt_at_the_write_price() -> None:
+    """A Claude call's worst case prices its whole prompt as a 1-hour cache write (2x the
+    input price), an OpenAI call's at the input price."""
+    budget = Budget(1.0, PriceBook())
+    claude = budget.worst_case(MODEL, 100_000, 0)
+    openai_side = budget.worst_case("gpt-4o", 100_000, 0)
+    assert claude is not None and openai_side is not None
+    prompt = math.ceil(100_000 * PROMPT_MARGIN)
+    assert claude == pytest.approx(prompt * 2 * 3.0 / 1e6)  # sonnet's input: $3
+    assert openai_side == pytest.approx(prompt * 2.5 / 1e6)  # gpt-4o's input: $2.50
+
+
+def test_the_estimate_models_claudes_cache_writes_and_reads(tmp_path: Path) -> None:
+    """For a Claude model the estimate writes each call's new prompt to the cache and reads
+    the prefix an earlier call marked; an hour's TTL costs more than five minutes'."""
+    job = load_job("code-improve")
+    inp = write_jsonl(tmp_path / "in.jsonl", long_tasks(4, tokens=2000))
+    models = {"generate": MODEL, "refine": MODEL, "feedback": MODEL}
+    short = from_prompts(job, inp, Settings(model=MODEL, max_iters=2), PriceBook(), models)
+    long = from_prompts(
+        job, inp, Settings(model=MODEL, max_iters=2, cache_ttl="1h"), PriceBook(), models
+    )
+    high = short.scenarios["high"]
+    assert high.cache_write_tokens > 0 and high.cached_tokens > 0
+    assert high.cached_tokens + high.cache_write_tokens <= high.prompt_tokens
+    assert high.cost_usd is not None and high.uncached_cost_usd is not None
+    assert high.cost_usd < high.uncached_cost_usd
+    assert (long.scenarios["high"].cost_usd or 0) > high.cost_usd
+    assert "cache writes" in render_estimate(short)

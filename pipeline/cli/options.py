@@ -148,10 +148,12 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         "--prices",
         metavar="FILE",
         help="prices over (and beside) the built-in table: a JSON or TOML file mapping each "
-        "model name to {input, output, cached_input, batch}: input, output and cached_input "
-        "(prompt tokens the provider's cache served; default: the input price) in dollars "
-        "per million tokens, batch the factor on calls through the Batch API or the flex "
-        "tier (default 0.5); input and output are required",
+        "model name to {input, output, cached_input, cache_write, cache_write_1h, batch}: "
+        "input, output, cached_input (prompt tokens the provider's cache served; default: "
+        "the input price), cache_write and cache_write_1h (tokens written to Anthropic's "
+        "cache for 5 minutes, for an hour; default: 1.25x and 2x the input price) in "
+        "dollars per million tokens, batch the factor on calls through a batch API or the "
+        "flex tier (default 0.5); input and output are required",
     )
     p.add_argument(
         "--context-tokens",

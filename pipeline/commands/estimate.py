@@ -29,7 +29,8 @@ from pathlib import Path
 import anyio
 import orjson
 
-from ..client.formats import FormatLadder
+from ..client.anthropic.messages import min_cache_tokens
+from ..client.formats import LEVELS, FormatLadder
 from ..client.limits import estimate_tokens
 from ..client.models import ModelId
 from ..client.prices import Price, PriceBook, at_batch_rate, price_book
@@ -55,6 +56,7 @@ __all__ = [
     "render",
     "run_estimate",
     "sample_run",
+    "written_usage",
 ]
 
 PROMPT_RECORDS = 1000  # records whose prompts are built; the rest are scaled from them
@@ -93,6 +95,7 @@ class Figures:
     cost_usd: float | None  # None: a model of the run has no price
     cached_tokens: int = 0  # prompt tokens the layout lets a provider serve from its cache
     uncached_cost_usd: float | None = None  # the cost were nothing served from cache
+    cache_write_tokens: int = 0  # prompt tokens written to a cache that bills writes
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,7 @@ class _Sum:
     calls: int = 0
     prompt: int = 0
     cached: int = 0
+    written: int = 0
     completion: int = 0
     cost: float | None = 0.0
     uncached: float | None = 0.0
@@ -118,12 +122,14 @@ class _Sum:
         self.calls += 1
         self.prompt += usage["prompt_tokens"]
         self.cached += usage["cached_tokens"]
+        self.written += usage.get("cache_write_tokens", 0)
         self.completion += usage["completion_tokens"]
         if price is None or self.cost is None or self.uncached is None:
             self.cost = self.uncached = None
             return
         self.cost += price.cost(usage, batch=batch)
-        self.uncached += price.cost({**usage, "cached_tokens": 0}, batch=batch)
+        plain = {**usage, "cached_tokens": 0, "cache_write_tokens": 0, "cache_write_1h_tokens": 0}
+        self.uncached += price.cost(plain, batch=batch)
 
     def scaled(self, factor: float) -> Figures:
         return Figures(
@@ -133,6 +139,7 @@ class _Sum:
             None if self.cost is None else round(self.cost * factor, 4),
             round(self.cached * factor),
             None if self.uncached is None else round(self.uncached * factor, 4),
+            round(self.written * factor),
         )
 
 
@@ -147,6 +154,21 @@ def cacheable(shared_tokens: int) -> int:
     if shared_tokens < CACHE_MIN_TOKENS:
         return 0
     return shared_tokens - (shared_tokens - CACHE_MIN_TOKENS) % CACHE_STEP
+
+
+def written_usage(prompt: int, shared: int, model: str, ttl: str | None) -> dict[str, int]:
+    """A call's prompt split as a cache with breakpoints bills it (Anthropic's): the prefix
+    it shares with an earlier call, read when it holds the model's minimum; the rest
+    written, when the prompt holds that minimum (every call marks its own end)."""
+    least = min_cache_tokens(model)
+    read = min(shared, prompt) if shared >= least else 0
+    written = prompt - read if prompt >= least else 0
+    return {
+        "prompt_tokens": prompt,
+        "cached_tokens": read,
+        "cache_write_tokens": written,
+        "cache_write_1h_tokens": written if ttl == "1h" else 0,
+    }
 
 
 def _flat(messages: Sequence[Mapping[str, str]]) -> str:
@@ -202,8 +224,10 @@ def _one_loop(
     into: _Sum,
     batch: bool,
     seen: list[str],
+    ttl: str | None = None,
 ) -> None:
-    """Add one record's calls to ``into``; ``seen``: prompts sent before (the cache)."""
+    """Add one record's calls to ``into``; ``seen``: prompts sent before (the cache);
+    ``ttl``: the TTL of the cache writes of a provider that bills them."""
     answer = round(job.max_tokens * scenario.answer_share)
     text = _filler(answer)
     steps: list[Step] = []
@@ -215,11 +239,19 @@ def _one_loop(
         sent, _ = ladder.request(messages, schema, ladder.level)
         flat = _flat(sent)
         prompt = estimate_tokens(sent)
-        usage = {
-            "prompt_tokens": prompt,
-            "cached_tokens": min(prompt, cacheable(_shared(flat, seen))),
-            "completion_tokens": answer,
-        }
+        model = model_for[role]
+        if ModelId.parse(model).provider.writes_cache:
+            if schema is not None and LEVELS[ladder.level] != "text":
+                # Anthropic's output format or forced tool keys the cache apart: a feedback
+                # call reads what the record's previous feedback call wrote
+                flat = "\x01format" + flat
+            usage = written_usage(prompt, _shared(flat, seen), model, ttl)
+        else:
+            usage = {
+                "prompt_tokens": prompt,
+                "cached_tokens": min(prompt, cacheable(_shared(flat, seen))),
+            }
+        usage["completion_tokens"] = answer
         seen.append(flat)
         into.add(usage, prices.price(model_for[role]), batch)
         output = None if role == "feedback" else text
@@ -275,6 +307,7 @@ def from_prompts(
                 total,
                 batch,
                 seen,
+                settings.cache_ttl,
             )
         factor = lines / len(sampled) if len(sampled) < lines else 1.0
         figures[scenario.name] = total.scaled(factor)
@@ -355,6 +388,13 @@ def render(est: Estimate) -> str:
         "cached: the share of prompt tokens a provider's prefix cache serves at the cached "
         "price (OpenAI's rule: prompts of 1,024 tokens and more); no cache: the cost without it"
     )
+    written = {n: f.cache_write_tokens for n, f in est.scenarios.items() if f.cache_write_tokens}
+    if written:
+        counts = ", ".join(f"{n} {w:,}" for n, w in written.items())
+        rows.append(
+            f"cache writes (tokens, priced at the cache-write rate): {counts}; Anthropic's "
+            "rule: a call reads the prefix an earlier call marked and writes the rest"
+        )
     if any(f.cost_usd is None for f in est.scenarios.values()):
         rows.append("a model of this run has no price: give it with --prices FILE")
     if est.unfit is not None:
