@@ -32,9 +32,9 @@ MIN_TIMED_S = 0.001  # programs faster than this on the test input are not judge
 _SHOWN_CHARS = 60
 # test_input is read by the checks too (use = "check"), not a label.
 METRICS = {
-    "parses": MetricSpec("check"),
-    "same_output": MetricSpec("check"),
-    "speedup": MetricSpec("check"),
+    "parses": MetricSpec("check", type="boolean"),
+    "same_output": MetricSpec("check", type="boolean"),
+    "speedup": MetricSpec("check", type="number"),
 }
 
 

@@ -31,7 +31,7 @@ _DECIMAL_REPR = re.compile(r"^Decimal\('([^']+)'\)$")
 _NUMBER_JUNK = re.compile(r"[,\s$€£]")
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?::| \(line|$)")  # "ValueError: ..." vs "killed by ..."
 # ``correct`` reads the target (a label): it measures, and never chooses.
-METRICS = {"correct": MetricSpec("label")}
+METRICS = {"correct": MetricSpec("label", type="boolean")}
 
 
 @functools.lru_cache(maxsize=512)
