@@ -70,6 +70,10 @@ class Settings:
     workers: int | None = None  # run on Ray with this many worker actors
     ray_address: str | None = None  # join this Ray cluster (else $RAY_ADDRESS, else a local one)
     service_tier: str | None = None  # sent as ``service_tier`` (None: not sent); flex: batch rate
+    # What chose the loop's settings, when `refine calibrate` did: the arm run (--plan) and
+    # the calibration.json read (by --plan or --max-iters auto). Recorded, never compared.
+    plan: str | None = None
+    calibration: str | None = None
 
     def base_urls(self) -> tuple[str, ...]:
         """The generator's endpoints: ``base_url`` (one or several), else ``$OPENAI_BASE_URL``."""
