@@ -61,7 +61,7 @@ def manifest(run_dir: Path) -> dict[str, Any]:
         ("gsm", {"input": "2+2?", "target": 4}, ("--metric", "bogus"),
          "--metric bogus: job 'gsm' declares no such metric (its right-or-wrong metrics: correct)"),
         ("code-optimize", {"input": "print(1)"}, ("--metric", "speedup"),
-         "--metric speedup: job 'code-optimize' declares it a number"),
+         "--metric speedup: job 'code-optimize' declares it a number, not right or wrong"),
         ("gsm", {"input": "2+2?"}, (), "none of the 4 sampled records carries target"),
     ],
 )  # fmt: skip
