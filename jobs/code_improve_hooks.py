@@ -16,6 +16,8 @@ from jobs.code.checks import TESTS_PASSED, TESTS_TOTAL
 from pipeline.core.metrics import MetricSpec
 
 KIND = CodeWithTests()
+# Every answer is a program, run in the sandbox (a run checks its isolation first).
+RUNS_PROGRAMS = True
 # The tests are the answer's own, and the examples the request's: no metric reads a label.
 METRICS = {
     "parses": MetricSpec("check", type="boolean"),

@@ -21,7 +21,14 @@ from typing import Any
 
 from pipeline.core.answers import comment_commentary
 from pipeline.core.metrics import MetricSpec
-from pipeline.sandbox import SandboxResult, run_python, syntax_problem
+from pipeline.sandbox import (
+    Policy,
+    SandboxMode,
+    SandboxResult,
+    current_mode,
+    run_python,
+    syntax_problem,
+)
 
 TIMEOUT_S = 5.0
 MEMORY_MB = 512
@@ -30,6 +37,8 @@ TIMING_RUNS = 5
 MIN_SPEEDUP = 1.10  # as PIE counts a program optimised; less is within timing noise here
 MIN_TIMED_S = 0.001  # programs faster than this on the test input are not judged on speed
 _SHOWN_CHARS = 60
+# Every answer is a program, run in the sandbox (a run checks its isolation first).
+RUNS_PROGRAMS = True
 # test_input is read by the checks too (use = "check"), not a label.
 METRICS = {
     "parses": MetricSpec("check", type="boolean"),
@@ -38,10 +47,16 @@ METRICS = {
 }
 
 
-@functools.lru_cache(maxsize=512)
 def _run(program: str, stdin: str) -> SandboxResult:
     # evaluate and check ask for the same runs, and the original runs once per record.
-    return run_python(program, stdin=stdin, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB)
+    return _run_in(program, stdin, current_mode())
+
+
+@functools.lru_cache(maxsize=512)
+def _run_in(program: str, stdin: str, mode: SandboxMode) -> SandboxResult:
+    return run_python(
+        program, stdin=stdin, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=Policy(mode)
+    )
 
 
 def stdin_cases(fields: Mapping[str, Any]) -> list[str]:
@@ -81,13 +96,17 @@ def _compare(original: str, answer: str, stdin: str) -> tuple[bool | None, str |
 
 
 @functools.lru_cache(maxsize=256)
-def _timing(original: str, answer: str, stdin: str) -> tuple[float, float] | None:
+def _timing(
+    original: str, answer: str, stdin: str, mode: SandboxMode
+) -> tuple[float, float] | None:
     """Median run times (original, answer) on ``stdin``, or None when a run fails."""
     before: list[float] = []
     after: list[float] = []
     for _ in range(TIMING_RUNS):
         for program, times in ((original, before), (answer, after)):
-            result = run_python(program, stdin=stdin, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB)
+            result = run_python(
+                program, stdin=stdin, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=Policy(mode)
+            )
             if not result.ok or result.cpu_s is None:
                 return None
             times.append(result.cpu_s)
@@ -98,7 +117,7 @@ def _speedup(original: str, answer: str, inputs: list[str]) -> tuple[float, floa
     """Summed median times (original, answer) over the test inputs, or None."""
     total_before = total_after = 0.0
     for stdin in inputs:
-        timing = _timing(original, answer, stdin)
+        timing = _timing(original, answer, stdin, current_mode())
         if timing is None:
             return None
         total_before += timing[0]

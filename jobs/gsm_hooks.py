@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline.core.answers import comment_commentary
 from pipeline.core.metrics import MetricSpec
-from pipeline.sandbox import SandboxResult, run_python
+from pipeline.sandbox import Policy, SandboxMode, SandboxResult, current_mode, run_python
 
 CALL = "solution()"
 TIMEOUT_S = 5.0
@@ -30,14 +30,22 @@ _FRACTION_REPR = re.compile(r"^Fraction\((-?\d+),\s*(\d+)\)$")
 _DECIMAL_REPR = re.compile(r"^Decimal\('([^']+)'\)$")
 _NUMBER_JUNK = re.compile(r"[,\s$€£]")
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?::| \(line|$)")  # "ValueError: ..." vs "killed by ..."
+# Every answer is a program, run in the sandbox (a run checks its isolation first).
+RUNS_PROGRAMS = True
 # ``correct`` reads the target (a label): it measures, and never chooses.
 METRICS = {"correct": MetricSpec("label", type="boolean")}
 
 
 @functools.lru_cache(maxsize=512)
+def _run_in(program: str, mode: SandboxMode) -> SandboxResult:
+    return run_python(
+        program, call=CALL, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=Policy(mode)
+    )
+
+
 def _run(program: str) -> SandboxResult:
-    # evaluate and check both ask for the same run: do it once.
-    return run_python(program, call=CALL, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB)
+    # evaluate and check both ask for the same run: do it once (in this run's mode).
+    return _run_in(program, current_mode())
 
 
 def parse_value(value: str | None) -> float | None:

@@ -1,26 +1,31 @@
 """refine: Self-Refine over large datasets, checkpointed, rate-limited, paid for and resumable.
 
-The package in layers; each imports only the layers below it (docs/architecture.md)::
+The package in layers, top to bottom; each imports only the layers below it (the same
+order as docs/architecture.md and ``LAYERS`` in tests/test_architecture.py)::
 
     cli         the command line: parses arguments, calls the library          (top)
-    runner      pipeline.run / arun / resume: the composition root, picks a backend
-    commands    refine status, refine estimate
+    commands    refine status, estimate, calibrate, export, merge, jobs, cancel,
+                sandbox
     report      refine report: Markdown and one offline HTML page
-    backends    batch (--batch), cluster (--workers, Ray), local (--local, llama.cpp)
+    runner      pipeline.run / arun / resume: the composition root; looks up the
+                backend the settings name and hands it the session
+    backends    how records are driven, each chosen by name: realtime (the pool),
+                batch (--batch, the Batch API), ray (--workers)
+    serving     endpoints a run can call: the embedded llama.cpp model (--local)
     runs        one run's machinery: settings, manifest, run directory, journal,
-                outputs, progress, session, the real-time driver and its pool
+                outputs, progress, endpoints, session
     io          input formats and records in; export and merge out
     client      one OpenAI-compatible call: retries, outages, formats, pacing,
-                endpoints, prices, budget
+                endpoints, prices, budget, model ids
+    sandbox     model-written Python in a child the kernel confines (Landlock, seccomp)
     core        the Self-Refine fold, job-agnostic: records, steps, jobs, kinds of
-                answer, strategies, prompts, feedback, choice, the loop   (bottom)
-    sandbox     running untrusted Python under limits: a toolkit for job hooks
-    errors      the one error tree
-    testing     the OpenAI-compatible simulator used by tests and benchmarks
+                answer, strategies, prompts, feedback, choice, the loop
+    errors      the one error tree                                         (bottom)
 
-Jobs (prompts, schema, stop rule, hooks) live in the top-level ``jobs`` package; the
-code-with-tests kit that only code jobs use is ``jobs.code``. Internal modules (anything
-not exported below) may change between versions.
+Beside them, ``testing`` holds the OpenAI-compatible simulator used by tests and
+benchmarks. Jobs (prompts, schema, stop rule, hooks) live in the top-level ``jobs``
+package; the code-with-tests kit that only code jobs use is ``jobs.code``. Internal
+modules (anything not exported below) may change between versions.
 """
 
 from .client.budget import Budget
@@ -40,13 +45,16 @@ from .errors import (
     RefineError,
     RunDirError,
     RunLocked,
+    SandboxError,
     StoreError,
     UnavailableError,
+    UnreachableError,
 )
 from .runner import EXIT, RunSummary, aresume, arun, resume, run
 from .runs.manifest import Manifest
 from .runs.rundir import RunDir
 from .runs.settings import Settings
+from .sandbox import SandboxMode
 
 __all__ = [
     "EXIT",
@@ -71,10 +79,13 @@ __all__ = [
     "RunDirError",
     "RunLocked",
     "RunSummary",
+    "SandboxError",
+    "SandboxMode",
     "Settings",
     "Step",
     "StoreError",
     "UnavailableError",
+    "UnreachableError",
     "aresume",
     "arun",
     "builtin_jobs",

@@ -9,7 +9,8 @@ with ``raise ... from err``::
     │   ├── RunDirError        RUN_DIR belongs to another job, model or input
     │   ├── RunLocked          another process holds RUN_DIR
     │   ├── BatchFailed        the Batch API refused a batch for good (its errors shown)
-    │   └── LocalModelError    the local model cannot be had or served (pipeline.backends.local)
+    │   ├── SandboxError       kernel isolation for programs is missing (strict mode)
+    │   └── LocalModelError    the local model cannot be had or served (pipeline.serving)
     │       ├── UnknownModelError      not a known name, hf: reference or .gguf file
     │       ├── ModelFetchError        packages or the hub could not deliver the file
     │       │   └── ModelIntegrityError    the file has the wrong SHA-256 or size
@@ -19,19 +20,23 @@ with ``raise ... from err``::
     ├── CallError              one model call failed for good: fails its record
     │   └── FatalCallError     the failure would hit every record: stops the run
     │       ├── AuthError      the endpoint refused the credentials (exit 3)
+    │       ├── UnreachableError  the endpoint never answered: refused, unknown host, TLS (exit 2)
     │       └── UnavailableError  the endpoint stayed down past --max-outage (exit 5)
     ├── FeedbackParseError     a feedback answer could not be parsed (a step error)
     ├── BudgetReached          the next call cannot be paid within --budget (exit 6)
     └── StoreError             the run directory cannot be written (exit 4)
 
 Retryable failures inside the client never leave it: it retries them or turns them
-into a CallError once the retry policy gives up.
+into a CallError once the retry policy gives up. A CallError that leaves a model call
+carries the call's trace data (attempts, tries, the messages as sent, the model) from its
+construction: the retry sequence (``pipeline.client.attempts``) builds it whole with
+``CallError.traced``, raised from the attempt's own failure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 MAX_SHOWN_ERRORS = 5  # of a failed batch's validation errors, in the message
 
@@ -59,6 +64,10 @@ class RunDirError(ConfigError):
 
 class RunLocked(ConfigError):
     """Another live process holds the RUN_DIR lock."""
+
+
+class SandboxError(ConfigError):
+    """A job runs programs and a kernel layer of the sandbox is missing (no --sandbox weak)."""
 
 
 class BatchFailed(ConfigError):
@@ -125,11 +134,52 @@ class CallError(RefineError):
     ) -> None:
         self.kind = kind
         self.status = status
-        self.attempts = attempts
-        self.tries = tries  # each attempt's status and latency (calls.Try)
-        self.messages = messages  # the messages as last sent, when the client changed them
-        self.model = model
+        # The call's trace data: read-only, given whole when the error is built (``traced``).
+        self._attempts = attempts
+        self._tries = tries
+        self._messages = messages
+        self._model = model
         super().__init__(message)
+
+    @property
+    def attempts(self) -> int:
+        """The attempts the call made (0: it failed unsent)."""
+        return self._attempts
+
+    @property
+    def tries(self) -> tuple[Any, ...]:
+        """Each attempt's status and latency (``core.steps.Try``), in order."""
+        return self._tries
+
+    @property
+    def messages(self) -> list[dict[str, str]] | None:
+        """The messages as last sent, when the client changed them."""
+        return self._messages
+
+    @property
+    def model(self) -> str | None:
+        """The model the call asked, as the run records it."""
+        return self._model
+
+    def traced(
+        self,
+        *,
+        attempts: int,
+        tries: tuple[Any, ...],
+        messages: list[dict[str, str]] | None,
+        model: str,
+    ) -> Self:
+        """This failure again, of the same type, carrying a call's trace data: the error a
+        call ends with (raise it ``from`` this one)."""
+        return type(self)(
+            self.kind,
+            str(self),
+            status=self.status,
+            attempts=attempts,
+            tries=tries,
+            messages=messages,
+            model=model,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The ``{type, message, status}`` shape written to traces (status when HTTP gave one)."""
@@ -145,6 +195,10 @@ class FatalCallError(CallError):
 
 class AuthError(FatalCallError):
     """The endpoint refused the API key (401/403)."""
+
+
+class UnreachableError(FatalCallError):
+    """Nothing answers at the endpoint's URL, and no call there has ever succeeded."""
 
 
 class UnavailableError(FatalCallError):

@@ -37,7 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, arun  # noqa: E402
-from pipeline.backends.batch import BatchConfig, OpenAIBatchAPI, open_clients, read_ledger  # noqa: E402
+from pipeline.backends.batch import (  # noqa: E402
+    BatchBackend,
+    BatchConfig,
+    OpenAIBatchAPI,
+    read_ledger,
+)
 from pipeline.backends.batch.ledger import custom_ids  # noqa: E402
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402
 
@@ -89,20 +94,21 @@ async def measure(scenario: Scenario, n: int, max_iters: int, work: Path) -> str
         settings = Settings(
             model=MODEL, base_url=sim.url, max_iters=max_iters, batch=True, poll=0.05
         )
-        clients = open_clients(settings, KEY, (MODEL, sim.url))
-        clients.config = BatchConfig(creates_per_s=50, polls_per_s=200)
-        batch = await arun(
-            "code-improve",
-            inp,
-            work / f"{scenario.name}-batch",
-            settings,
-            api_key=KEY,
-            show_progress=False,
-            batch=clients,
-        )
+        api = OpenAIBatchAPI(sim.url, KEY, timeout=60.0)
+        config = BatchConfig(creates_per_s=50, polls_per_s=200)
+        try:
+            batch = await arun(
+                "code-improve",
+                inp,
+                work / f"{scenario.name}-batch",
+                settings,
+                api_key=KEY,
+                show_progress=False,
+                backend=BatchBackend(api, config=config),
+            )
+        finally:
+            await api.aclose()
         during = sim.requests[before:]
-    api = clients.generator.api
-    assert isinstance(api, OpenAIBatchAPI)
     overhead: Counter[str] = api.requests
     rt_out, b_out = outputs(work / f"{scenario.name}-rt"), outputs(work / f"{scenario.name}-batch")
     same = rt_out.keys() == b_out.keys() and all(

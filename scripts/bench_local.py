@@ -61,20 +61,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, arun, load_job  # noqa: E402
-from pipeline.backends.local import (  # noqa: E402
+from pipeline.backends.realtime import RealTimeBackend  # noqa: E402
+from pipeline.client.chat import OpenAIClient  # noqa: E402
+from pipeline.client.limits import Limiter  # noqa: E402
+from pipeline.client.models import ModelId  # noqa: E402
+from pipeline.core.answers import extract_code  # noqa: E402
+from pipeline.core.prompts import opening  # noqa: E402
+from pipeline.core.steps import Completion, ModelClient, Request  # noqa: E402
+from pipeline.io.records import read_records  # noqa: E402
+from pipeline.sandbox import syntax_problem  # noqa: E402
+from pipeline.serving import (  # noqa: E402
     DEFAULT_SLOTS,
     LocalServer,
     resolve_model,
     slots_for,
 )
-from pipeline.backends.local.server import SLOTS_ENV  # noqa: E402
-from pipeline.client.chat import OpenAIClient  # noqa: E402
-from pipeline.client.limits import Limiter  # noqa: E402
-from pipeline.core.answers import extract_code  # noqa: E402
-from pipeline.core.prompts import opening  # noqa: E402
-from pipeline.core.steps import Completion, ModelClient  # noqa: E402
-from pipeline.io.records import read_records  # noqa: E402
-from pipeline.sandbox import syntax_problem  # noqa: E402
+from pipeline.serving.server import SLOTS_ENV  # noqa: E402
 
 RECORDS = ROOT / "scripts" / "data" / "bench_local.jsonl"
 NEAR_BEST = 0.95
@@ -210,7 +212,7 @@ def old_layout(messages: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
     return [*system, {"role": "user", "content": content}]
 
 
-class OldLayout:
+class OldLayout(ModelClient):
     """A model client that sends every call in the old layout (``old_layout``)."""
 
     def __init__(self, inner: ModelClient) -> None:
@@ -221,24 +223,10 @@ class OldLayout:
         """The wrapped client's model."""
         return self.inner.model
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,
-    ) -> Completion:
+    async def complete(self, request: Request) -> Completion:
         """The wrapped client's answer to the call rewritten in the old layout."""
         return await self.inner.complete(
-            old_layout(messages),
-            schema=schema,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            frequency_penalty=frequency_penalty,
-            cache_key=cache_key,
+            replace(request, messages=tuple(old_layout(request.messages)))
         )
 
 
@@ -278,7 +266,7 @@ async def run_layout(
     model = await anyio.to_thread.run_sync(resolve_model, model_name)
     async with LocalServer(model, parallel=slots_for(args.concurrency)) as server:
         client = OpenAIClient(
-            model=f"local:{server.model}",
+            model=str(ModelId.local(server.model)),
             request_model=server.model,
             base_url=server.base_url,
             api_key="local",
@@ -302,7 +290,8 @@ async def run_layout(
         out = (args.work or work.parent) / f"{work.name}-{layout}"
         started = time.perf_counter()
         try:
-            await arun(job, records, out, settings, client=used, show_progress=False)
+            backend = RealTimeBackend(used)
+            await arun(job, records, out, settings, backend=backend, show_progress=False)
         finally:
             wall = time.perf_counter() - started
             await client.aclose()
@@ -351,7 +340,7 @@ async def replay(layout: str, model_name: str | None, traces: Path, concurrency:
                 async with limit:
                     await client.chat.completions.create(
                         model=server.model,
-                        messages=sent,
+                        messages=sent,  # type: ignore[arg-type]  # plain dicts, not its TypedDicts
                         max_tokens=max(1, int(step["usage"].get("completion_tokens", 1))),
                         temperature=0,
                         extra_body={"ignore_eos": True},
@@ -503,7 +492,7 @@ def main() -> None:
         )
     print(
         f"\ndefault slots: {pick_slots(best)} (smallest level within 5% of the best; "
-        f"pipeline.backends.local.DEFAULT_SLOTS is {DEFAULT_SLOTS})"
+        f"pipeline.serving.DEFAULT_SLOTS is {DEFAULT_SLOTS})"
     )
     if args.tune:
         variants: list[tuple[str, dict[str, object]]] = [

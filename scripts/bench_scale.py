@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +49,12 @@ def requests(log: Path) -> list[dict[str, Any]]:
 
 
 def span(reqs: list[dict[str, Any]]) -> float:
-    times = [r["t"] for r in reqs]
+    times = [float(r["t"]) for r in reqs]
     return max(times) - min(times)
 
 
 def refused(reqs: list[dict[str, Any]]) -> float:
-    return sum(r["status"] == 429 for r in reqs) / len(reqs)
+    return sum(1 for r in reqs if r["status"] == 429) / len(reqs)
 
 
 async def refine(url: str, inp: Path, out: Path, **kw: Any) -> None:
@@ -100,7 +101,7 @@ async def shared_limit(tmp: Path, n: int, rpm: float) -> list[str]:
     with simulator("--rpm", str(rpm), "--latency", "0.2", log=log) as url:
         async with anyio.create_task_group() as tg:
             for i in range(2):
-                tg.start_soon(lambda i=i: refine(url, inp, tmp / f"alone-{i}", shard=(i, 2), **kw))
+                tg.start_soon(partial(refine, url, inp, tmp / f"alone-{i}", shard=(i, 2), **kw))
     reqs = requests(log)
     lines.append(
         f"strict limit {rpm:g} RPM, the same records as two processes each pacing on its own: "

@@ -26,10 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import Settings, run  # noqa: E402
-from pipeline.backends.local.registry import DEFAULT_MODEL  # noqa: E402
+from pipeline.client.models import ModelId  # noqa: E402
 from pipeline.client.prices import BUILTIN, PriceBook  # noqa: E402
 from pipeline.commands.estimate import from_prompts, run_estimate  # noqa: E402
 from pipeline.core.loader import load_job  # noqa: E402
+from pipeline.serving.registry import DEFAULT_MODEL  # noqa: E402
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402
 
 
@@ -81,7 +82,7 @@ def main() -> None:
         prices = work / "prices.json"
         model = "sim-model"
         entry = {"input": price.input, "output": price.output}
-        prices.write_bytes(orjson.dumps({model: entry, f"local:{DEFAULT_MODEL}": entry}))
+        prices.write_bytes(orjson.dumps({model: entry, str(ModelId.local(DEFAULT_MODEL)): entry}))
         model_for = {"generate": model, "refine": model, "feedback": model}
         with Simulator(SimConfig(p_done=args.p_done, models=(model,))) as sim:
             if args.local:

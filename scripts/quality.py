@@ -122,7 +122,8 @@ def score(
         for t in range(iterations + 1):
             latest = [a for a in found if a.iteration <= t]
             out.by_iteration[t] += bool(latest) and ok(rid, latest[-1].output)
-        out.chosen += ok(rid, choose(job, steps, select).step.output if found else None)
+        chosen = choose(job, steps, select).step if found else None
+        out.chosen += ok(rid, None if chosen is None else chosen.output)
         out.any_right += any(ok(rid, s.output) for s in steps if s.is_draft)
         made = [s for s in steps if not s.failed]
         out.calls.append(len(made))

@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 
-from pipeline.core.steps import Completion, Step
+from pipeline.core.steps import Completion, ModelClient, Request, Step
 
 
 class RecordingSink:
@@ -25,7 +25,7 @@ class RecordingSink:
         self.saved.append((record_id, index, step))
 
 
-class ScriptedClient:
+class ScriptedClient(ModelClient):  # the protocol named, so mypy holds it to it
     """Answers from a script (a text, a Completion or an exception to raise); records each call.
 
     With ``gate=n`` every call waits until ``n`` calls are in flight at once (to show how
@@ -48,11 +48,7 @@ class ScriptedClient:
         self.default = default  # answer when the script has run out (None: that is a bug)
         self.sink = sink
         self.usage = usage
-        self.messages: list[list[dict[str, str]]] = []
-        self.schemas: list[Mapping[str, Any] | None] = []
-        self.temperatures: list[float] = []
-        self.penalties: list[float | None] = []
-        self.cache_keys: list[str | None] = []
+        self.requests: list[Request] = []
         self.saved_at_call: list[int] = []
         self.gate = gate
         self.in_flight = 0
@@ -64,25 +60,37 @@ class ScriptedClient:
         return self._model
 
     @property
+    def messages(self) -> list[list[dict[str, str]]]:
+        """The messages of every call, in order, as a step records them."""
+        return [[dict(m) for m in r.messages] for r in self.requests]
+
+    @property
+    def schemas(self) -> list[Mapping[str, Any] | None]:
+        """The schema of every call, in order."""
+        return [r.schema for r in self.requests]
+
+    @property
+    def temperatures(self) -> list[float]:
+        """The temperature of every call, in order."""
+        return [r.temperature for r in self.requests]
+
+    @property
+    def penalties(self) -> list[float | None]:
+        """The frequency penalty of every call, in order."""
+        return [r.frequency_penalty for r in self.requests]
+
+    @property
+    def cache_keys(self) -> list[str | None]:
+        """The cache key of every call, in order."""
+        return [r.cache_key for r in self.requests]
+
+    @property
     def calls(self) -> list[tuple[list[dict[str, str]], float]]:
         """(messages, temperature) of every call, in order."""
         return list(zip(self.messages, self.temperatures, strict=True))
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,
-    ) -> Completion:
-        self.messages.append([dict(m) for m in messages])
-        self.cache_keys.append(cache_key)
-        self.schemas.append(schema)
-        self.temperatures.append(temperature)
-        self.penalties.append(frequency_penalty)
+    async def complete(self, request: Request) -> Completion:
+        self.requests.append(request)
         if self.sink is not None:
             self.saved_at_call.append(len(self.sink.saved))
         if self.gate is not None:

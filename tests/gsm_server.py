@@ -17,10 +17,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
+
+from tests.chat_server import serve_chat
 
 _QUESTION = re.compile(r"has (\d+) marbles\. \S+ buys (\d+) more and gives (\d+) away")
 NAMES = ("Ana", "Ben", "Chloe", "Dev", "Eli", "Fay", "Gus", "Hana")
@@ -102,50 +103,10 @@ class GsmServer:
     @contextmanager
     def serve(self) -> Iterator[str]:
         """Run on 127.0.0.1 in a thread; yields the base URL."""
-        behaviour = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def answer(body: dict[str, Any]) -> str:
+            time.sleep(self.delay_s)
+            return self.answer(body)
 
-            def do_POST(self) -> None:
-                body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                time.sleep(behaviour.delay_s)
-                text = behaviour.answer(body)
-                reply = orjson.dumps(
-                    {
-                        "id": "chatcmpl-gsm",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body.get("model"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": text},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": 100,
-                            "completion_tokens": 40,
-                            "total_tokens": 140,
-                        },
-                    }
-                )
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # quiet
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-        finally:
-            server.shutdown()
-            server.server_close()
+        with serve_chat(answer) as url:
+            yield url

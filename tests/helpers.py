@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from pipeline import RunSummary, Settings, run
+from pipeline.client.delays import DELAYS, Backoff
 from pipeline.testing.simulator import Simulator
 
 # The team's real task data, beside the checkout; a checkout without it (a fresh clone in
@@ -18,6 +20,9 @@ from pipeline.testing.simulator import Simulator
 # CommonGen-Hard, every acronym title.
 _BESIDE = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 SHARED_DATA = _BESIDE if _BESIDE.is_dir() else Path(__file__).parent / "fixtures" / "shared-data"
+# A client's delays with no backoff between a call's attempts: a server's Retry-After, the
+# outage probes' spacing and the flex tier's waits stay as in a run.
+NO_BACKOFF = replace(DELAYS, retry=Backoff(0.0, 0.0))
 
 
 def wait_for_calls(run_dir: Path, n: int, proc: subprocess.Popen[str], limit_s: float = 30) -> None:
@@ -36,14 +41,14 @@ def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     return path
 
 
-def read_jsonl(path: Path) -> list[dict[str, object]]:
-    """Every line of a JSONL file, parsed."""
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every line of a JSONL file, parsed (JSON: any value under a key)."""
     if not path.exists():
         return []
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
-def tasks(n: int, start: int = 0) -> list[dict[str, object]]:
+def tasks(n: int, start: int = 0) -> list[dict[str, str]]:
     """``n`` distinct code-improve records."""
     return [
         {"id": f"r{i}", "task": f"Write a Python function number {i} that sums a list"}

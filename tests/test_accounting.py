@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from pipeline import FatalCallError, Settings, run
+from pipeline.backends.realtime import RealTimeBackend
 from pipeline.commands.status import collect, render
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.fakes import ScriptedClient
@@ -85,7 +86,7 @@ def test_failed_calls_are_traced_and_retry_failed_finishes_without_repeats(
 def test_status_counts_calls_of_unfinished_records_from_the_journal(tmp_path: Path) -> None:
     """A run stopped mid-record: status counts the journaled calls, not only finished records."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
-    script = [
+    script: list[str | Exception] = [
         _code("a0"),
         _feedback(done=True),  # r0: done after 2 calls
         _code("b0"),
@@ -98,7 +99,7 @@ def test_status_counts_calls_of_unfinished_records_from_the_journal(tmp_path: Pa
         inp,
         tmp_path / "run",
         Settings(model="fake-model", max_iters=2, concurrency=1, checks=False),
-        client=client,
+        backend=RealTimeBackend(client),
         show_progress=False,
     )
     assert summary.exit_code == 2

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 500
@@ -17,6 +20,7 @@ LAYERS = (
     "report",
     "runner",
     "backends",
+    "serving",
     "runs",
     "io",
     "client",
@@ -134,3 +138,17 @@ def test_no_private_name_crosses_a_package() -> None:
                 if n.startswith("_") and not n.startswith("__") and not home.startswith(there):
                     crossing.append(f"{name}: {target}.{n}")
     assert crossing == []
+
+
+def test_the_maps_list_the_layers_in_this_order() -> None:
+    """The package docstring's map and docs/architecture.md (its picture and its list)
+    name the layers in the order this test enforces."""
+    doc = pipeline.__doc__ or ""
+    in_docstring = [m.group(1) for m in re.finditer(r"^    (\w+) ", doc, re.MULTILINE)]
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    picture = page[page.index("```") : page.index("```", page.index("```") + 3)]
+    in_picture = [m.group(1) for m in re.finditer(r"│ (\w+)(?:/|\.py) ", picture)]
+    listed = re.search(r"`pipeline/__init__.py`: ([a-z,\s]+?) \(", page)
+    assert listed is not None
+    in_list = [name.strip() for name in listed.group(1).split(",")]
+    assert in_docstring == in_picture == in_list == list(LAYERS)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,25 +10,24 @@ import orjson
 import pytest
 
 from pipeline import RunSummary, Settings, run
-from pipeline.backends.batch import BatchClients, BatchConfig, Side, cancel, read_ledger
+from pipeline.backends.batch import BatchBackend, BatchConfig, read_ledger
 from pipeline.backends.batch.api import BatchIssue
+from pipeline.backends.realtime import RealTimeBackend
 from pipeline.client.formats import FormatLadder
 from pipeline.client.prices import PriceBook
+from pipeline.commands.cancel import cancel
 from pipeline.commands.status import collect
-from pipeline.core.steps import Completion
+from pipeline.core.steps import Completion, ModelClient, Request
 from tests.fake_batches import FakeBatchAPI, FakeClock, answer_text, completion
-from tests.fakes import ScriptedClient
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
 MODEL = "gpt-4o-mini"
 FAST = BatchConfig(creates_per_s=1e6, polls_per_s=1e6)
 
 
-def clients(api: FakeBatchAPI, clock: FakeClock, config: BatchConfig = FAST) -> BatchClients:
-    """Batch clients over the fake API, paced by the fake clock."""
-    return BatchClients(
-        Side("generator", MODEL, api), config=config, sleep=clock.sleep, clock=clock
-    )
+def backend(api: FakeBatchAPI, clock: FakeClock, config: BatchConfig = FAST) -> BatchBackend:
+    """The Batch API backend over the fake API, paced by the fake clock."""
+    return BatchBackend(api, config=config, sleep=clock.sleep, clock=clock)
 
 
 def batch_run(
@@ -41,7 +39,7 @@ def batch_run(
     clock: FakeClock | None = None,
     **kw: Any,
 ) -> RunSummary:
-    """Run code-improve with --batch over the fake; no real-time call may be made."""
+    """Run code-improve with --batch over the fake (the run opens no real-time client)."""
     base: dict[str, Any] = dict(model=MODEL, base_url="http://unused.invalid/v1", max_iters=2)
     base.update(kw)
     return run(
@@ -51,12 +49,11 @@ def batch_run(
         Settings(batch=True, **base),
         api_key="k",
         show_progress=False,
-        client=ScriptedClient(),  # asserts when called: every call must go through batches
-        batch=clients(api, clock or FakeClock(), config),
+        backend=backend(api, clock or FakeClock(), config),
     )
 
 
-class EchoClient:
+class EchoClient(ModelClient):
     """A real-time client answering exactly as the fake Batch API answers a line."""
 
     def __init__(self) -> None:
@@ -66,20 +63,12 @@ class EchoClient:
     def model(self) -> str:
         return MODEL
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        cache_key: str | None = None,
-    ) -> Completion:
-        sent, extra = self.ladder.request(messages, schema, 0)
+    async def complete(self, request: Request) -> Completion:
+        sent, extra = self.ladder.request(request.messages, request.schema, 0)
         body = {"model": MODEL, "messages": sent, **extra}
         usage = completion(body)["usage"]
         return Completion(
-            answer_text(body), usage["prompt_tokens"], usage["completion_tokens"], 0.1, 1
+            answer_text(body), usage["prompt_tokens"], usage["completion_tokens"], 0.1, 1, MODEL
         )
 
 
@@ -102,7 +91,7 @@ def test_batch_run_matches_real_time_at_half_the_cost(tmp_path: Path) -> None:
         inp,
         tmp_path / "rt",
         Settings(model=MODEL, max_iters=2),
-        client=EchoClient(),
+        backend=RealTimeBackend(EchoClient()),
         show_progress=False,
     )
     assert real.exit_code == 0
@@ -121,7 +110,7 @@ def test_batch_run_matches_real_time_at_half_the_cost(tmp_path: Path) -> None:
         ]
         assert all(s["batch_id"] in batch_ids for s in steps)
     # Feedback lines ask for the schema exactly as the real-time client does.
-    formats = [b.get("response_format") for b in api.bodies if "response_format" in b]
+    formats = [b["response_format"] for b in api.bodies if "response_format" in b]
     assert formats and all(
         f["type"] == "json_schema" and f["json_schema"]["strict"] for f in formats
     )
@@ -199,7 +188,8 @@ def test_failed_lines_follow_the_real_time_error_classes(tmp_path: Path) -> None
 
 
 def test_refused_response_format_steps_down_like_real_time(tmp_path: Path) -> None:
-    """Feedback lines refused for json_schema go out again as json_object, as in real time."""
+    """Feedback lines refused for json_schema go out again as json_object, using up no retry
+    and showing the refusal in the call's tries, as in real time."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
 
     def status(cid: str, body: dict[str, Any]) -> int:
@@ -216,6 +206,8 @@ def test_refused_response_format_steps_down_like_real_time(tmp_path: Path) -> No
     for t in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         (step,) = [s for s in t["steps"] if s["role"] == "feedback"][:1]
         assert "JSON Schema" in step["messages"][-1]["content"]  # the schema spelled out
+        assert step["attempts"] == 2 and [t[0] for t in step["tries"]] == [400, 200]
+    assert summary.counters.retries == 0
 
 
 def test_retries_end_at_max_retries(tmp_path: Path) -> None:
@@ -239,6 +231,9 @@ def test_failed_line_counts_survive_a_restart(tmp_path: Path) -> None:
     summary = batch_run(api, inp, tmp_path / "run", max_iters=0, max_retries=1, detach=True)
     assert summary.exit_code == 1
     assert len(api.batches) == 2
+    (trace,) = read_jsonl(tmp_path / "run" / "traces.jsonl")
+    (step,) = trace["steps"]  # the failed call shows the try an earlier invocation counted
+    assert step["attempts"] == 2 and [t[0] for t in step["tries"]] == [500, 500]
 
 
 def test_unauthorized_line_stops_the_run_with_exit_3(tmp_path: Path) -> None:
@@ -384,7 +379,7 @@ def test_cancel_then_run_collects_and_resends(tmp_path: Path) -> None:
     clock = FakeClock()
     first = batch_run(api, inp, tmp_path / "run", max_iters=0, detach=True, clock=clock)
     assert first.exit_code == 75
-    infos = cancel(tmp_path / "run", clients=clients(api, clock))
+    infos = cancel(tmp_path / "run", api=api)
     assert [i.status for i in infos] == ["cancelled"]
     assert read_ledger(tmp_path / "run" / "batches.jsonl").entries.popitem()[1].cancelled
     again = batch_run(api, inp, tmp_path / "run", max_iters=0, clock=clock)
@@ -405,10 +400,10 @@ def test_cancel_deletes_the_input_file_of_a_batch_never_created(tmp_path: Path) 
     (entry,) = read_ledger(ledger).entries.values()
     assert entry.batch_id is None and entry.file_id in api.files
     api.delete_status = 500
-    assert cancel(tmp_path / "run", clients=clients(api, clock)) == []
+    assert cancel(tmp_path / "run", api=api) == []
     assert entry.token in read_ledger(ledger).entries and entry.file_id in api.files
     api.delete_status = None
-    assert cancel(tmp_path / "run", clients=clients(api, clock)) == []
+    assert cancel(tmp_path / "run", api=api) == []
     assert read_ledger(ledger).entries == {} and api.files == {}
     assert api.deleted == [entry.file_id]
     again = batch_run(api, inp, tmp_path / "run", max_iters=0, clock=clock)

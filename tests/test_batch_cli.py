@@ -28,7 +28,8 @@ def test_cancel_refuses_a_run_in_progress(tmp_path: Path) -> None:
         "--base-url", "http://127.0.0.1:9/v1", "--max-outage", "0.1", "--poll", "0.1",
         "--quiet",
     )  # fmt: skip
-    assert first.returncode == 5, first.stderr  # nothing listens there: unavailable, resumable
+    assert first.returncode == 2, first.stderr  # nothing listens there: cannot reach it
+    assert "cannot reach http://127.0.0.1:9/v1" in first.stderr
     with RunDir(run_dir).lock():
         out = refine("cancel", str(run_dir))
     assert out.returncode == 2 and "stop that run first" in out.stderr

@@ -17,8 +17,10 @@ from pipeline.backends.batch.lines import (
     input_line,
     line_index,
     read_result,
+    request_body,
     split,
 )
+from pipeline.core.steps import Request
 from pipeline.errors import AuthError, BatchFailed, CallError, ConfigError
 from pipeline.runs.progress import Counters
 
@@ -56,6 +58,29 @@ def test_split_keeps_each_file_within_both_limits(
 def test_custom_id_names_its_batch_and_line(cid: Any, token: str, index: int | None) -> None:
     """A custom_id gives back its line position only for the batch whose token it carries."""
     assert line_index(cid, token) == index
+
+
+@pytest.mark.parametrize(
+    ("penalty", "extra", "fields"),
+    [
+        (None, {}, {}),
+        (0.5, {}, {"frequency_penalty": 0.5}),  # a repair's penalty goes as a body field
+        (None, {"response_format": {"type": "json_object"}},
+         {"response_format": {"type": "json_object"}}),
+    ],
+)  # fmt: skip
+def test_request_body_carries_the_request_and_the_formats_fields(
+    penalty: float | None, extra: dict[str, Any], fields: dict[str, Any]
+) -> None:
+    """A line's body is the request's sampling as sent, the penalty only where set, the
+    format's fields added; the cache key stays out (the Batch API has no prompt cache key)."""
+    sent = [{"role": "user", "content": "q"}]
+    request = Request(
+        tuple(sent), temperature=0.2, max_tokens=64, frequency_penalty=penalty, cache_key="r1"
+    )
+    body = orjson.loads(request_body("m", sent, request, extra))
+    base = {"model": "m", "messages": sent, "temperature": 0.2, "max_tokens": 64}
+    assert body == {**base, **fields}
 
 
 def test_input_line_wraps_the_body_unchanged() -> None:
@@ -155,7 +180,6 @@ def test_batch_info_reads_the_api_object() -> None:
             {"REFINE_BATCH_MAX_BYTES": "4096", "REFINE_BATCH_POLLS_PER_S": "0.5"},
             BatchConfig(max_bytes=4096, polls_per_s=0.5),
         ),
-        ({"REFINE_BATCH_CRASH": "after_create"}, BatchConfig(crash="after_create")),
         ({"REFINE_BATCH_WINDOW": ""}, BatchConfig()),
     ],
 )

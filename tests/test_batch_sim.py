@@ -1,8 +1,9 @@
 """Batch API mode end to end against the simulator's /v1/files and /v1/batches (real HTTP).
 
 In-process runs through the library, and the `refine` command in subprocesses for kills:
-a SIGKILL between creating a batch and recording it, one between checkpointing a batch's
-lines and marking it collected, and kills at random moments of a waiting run.
+a run over a Batch API that kills its process at one moment of a batch's life
+(``tests.batch_faults``: after the upload, before and after the creation, before the
+collection is recorded), then `refine` again; and kills at random moments of a waiting run.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import openai
 import pytest
 
 from pipeline import RunSummary, Settings, arun
-from pipeline.backends.batch import BatchConfig, open_clients, read_ledger
+from pipeline.backends.batch import BatchBackend, BatchConfig, read_ledger
 from pipeline.backends.batch.api import LIST_PAGE, OpenAIBatchAPI, find_upload
 from pipeline.backends.batch.ledger import custom_ids
 from pipeline.testing.simulator import SimConfig, Simulator
@@ -33,6 +34,8 @@ MODEL = "gpt-4o-mini"
 KEY = "sk-batch-sim"
 FAST = SimConfig(batch_validating_s=0.02, batch_delay_s=0.1, batch_finalizing_s=0.02)
 REFINE = [sys.executable, "-m", "pipeline.cli"]
+DYING = [sys.executable, "-m", "tests.batch_faults"]  # `refine` over a Batch API that dies
+ROOT = Path(__file__).resolve().parents[1]
 PACE = {"REFINE_BATCH_CREATES_PER_S": "100", "REFINE_BATCH_POLLS_PER_S": "500"}
 
 
@@ -41,11 +44,10 @@ def batch_run(sim: Simulator, inp: Path, out: Path, **kw: Any) -> RunSummary:
     config: BatchConfig = kw.pop("config", BatchConfig(creates_per_s=100, polls_per_s=500))
     base: dict[str, Any] = dict(model=MODEL, base_url=sim.url, max_iters=2, poll=0.02)
     settings = Settings(batch=True, **(base | kw))
-    clients = open_clients(settings, KEY, (MODEL, sim.url))
-    clients.config = config
+    backend = BatchBackend(config=config)  # the Batch API opened at the simulator's URL
     return anyio.run(
         lambda: arun(
-            "code-improve", inp, out, settings, api_key=KEY, show_progress=False, batch=clients
+            "code-improve", inp, out, settings, api_key=KEY, show_progress=False, backend=backend
         )
     )
 
@@ -133,13 +135,25 @@ def test_expiry_and_failed_lines_lose_nothing(tmp_path: Path) -> None:
     assert_paid_once(counts, tmp_path / "run")
 
 
-def refine(
-    *args: str, env: dict[str, str] | None = None, key: str = KEY
-) -> subprocess.CompletedProcess[str]:
+def refine(*args: str, key: str = KEY) -> subprocess.CompletedProcess[str]:
     """Run `refine` to its end."""
-    full = {**os.environ, "OPENAI_API_KEY": key, **PACE, **(env or {})}
+    full = {**os.environ, "OPENAI_API_KEY": key, **PACE}
     return subprocess.run(
         [*REFINE, *args], env=full, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def killed_at(point: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `refine` over a Batch API that kills the process at ``point``, to its death."""
+    full = {**os.environ, "OPENAI_API_KEY": KEY, **PACE}
+    return subprocess.run(
+        [*DYING, point, *args],
+        env=full,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -171,8 +185,8 @@ def test_kill_at_a_crash_point_then_rerun_pays_no_call_twice(tmp_path: Path, poi
     run_dir = tmp_path / "run"
     with Simulator(FAST) as sim:
         args = batch_args(inp, run_dir, sim.url, "--max-iters", "1")
-        killed = refine(*args, env={"REFINE_BATCH_CRASH": point})
-        assert killed.returncode == -signal.SIGKILL
+        killed = killed_at(point, *args)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
         (entry,) = read_ledger(run_dir / "batches.jsonl").entries.values()
         journaled = sum(journal_keys(run_dir).values())
         again = refine(*args)
@@ -201,8 +215,8 @@ def test_kill_after_upload_then_rerun_deletes_the_file_and_sends_again(tmp_path:
     run_dir = tmp_path / "run"
     with Simulator(FAST) as sim:
         args = batch_args(inp, run_dir, sim.url, "--max-iters", "1")
-        killed = refine(*args, env={"REFINE_BATCH_CRASH": "after_upload"})
-        assert killed.returncode == -signal.SIGKILL
+        killed = killed_at("after_upload", *args)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
         (entry,) = read_ledger(run_dir / "batches.jsonl").entries.values()
         (stray,) = [f for f in sim.files if f["filename"] == f"refine-{entry.token}.jsonl"]
         again = refine(*args)
@@ -226,8 +240,8 @@ def test_kill_between_upload_and_create_then_rerun_leaves_no_input_file(tmp_path
     run_dir = tmp_path / "run"
     with Simulator(FAST) as sim:
         args = batch_args(inp, run_dir, sim.url, "--max-iters", "1")
-        killed = refine(*args, env={"REFINE_BATCH_CRASH": "before_create"})
-        assert killed.returncode == -signal.SIGKILL
+        killed = killed_at("before_create", *args)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
         (entry,) = read_ledger(run_dir / "batches.jsonl").entries.values()
         held = [f["id"] for f in sim.files if f["purpose"] == "batch"]
         created = len(sim.batches)
@@ -254,8 +268,8 @@ def test_cancel_deletes_the_input_file_of_a_batch_never_created(tmp_path: Path) 
     run_dir = tmp_path / "run"
     with Simulator(FAST) as sim:
         args = batch_args(inp, run_dir, sim.url, "--max-iters", "0")
-        killed = refine(*args, env={"REFINE_BATCH_CRASH": "after_upload"})
-        assert killed.returncode == -signal.SIGKILL
+        killed = killed_at("after_upload", *args)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
         (stray,) = [f for f in sim.files if f["purpose"] == "batch"]
         cancelled = refine("cancel", str(run_dir))
         left = [f for f in sim.files if f["purpose"] == "batch"]

@@ -10,6 +10,7 @@ import anyio
 import orjson
 
 from pipeline import RunSummary, Settings, arun
+from pipeline.backends.realtime import RealTimeBackend
 from pipeline.client.chat import OpenAIClient
 from pipeline.client.limits import Limiter
 from pipeline.testing.simulator import SimConfig, Simulator
@@ -54,7 +55,12 @@ def test_old_layout_shows_each_call_its_instruction_first(tmp_path: Path) -> Non
         async def main() -> RunSummary:
             try:
                 return await arun(
-                    "code-improve", inp, tmp_path / "run", settings, client=old, show_progress=False
+                    "code-improve",
+                    inp,
+                    tmp_path / "run",
+                    settings,
+                    backend=RealTimeBackend(old),
+                    show_progress=False,
                 )
             finally:
                 await client.aclose()

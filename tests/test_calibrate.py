@@ -66,7 +66,7 @@ def correct_by_iteration(run_dir: Path) -> dict[str, tuple[list[bool], bool]]:
     done = {o["id"] for o in read_jsonl(run_dir / "outputs.jsonl") if o["status"] == "done"}
     out = {}
     for trace in read_jsonl(run_dir / "traces.jsonl"):
-        steps: list[dict[str, Any]] = trace["steps"]  # type: ignore[assignment]
+        steps: list[dict[str, Any]] = trace["steps"]
         if trace["id"] not in done:
             continue
         answers = sorted(
@@ -263,7 +263,7 @@ def test_where_refining_pays_auto_runs_the_recommended_rounds(tmp_path: Path) ->
             "--limit", "3",
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert recommended >= 1 and "recommendation: " in cal.stdout
+    assert recommended is not None and recommended >= 1 and "recommendation: " in cal.stdout
     manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
     assert manifest["settings"]["max_iters"] == recommended
 
@@ -271,7 +271,10 @@ def test_where_refining_pays_auto_runs_the_recommended_rounds(tmp_path: Path) ->
 def write_calibration(directory: Path, recommendation: int, **changes: Any) -> Path:
     """A calibration.json for gsm on gpt-4o-mini recommending ``recommendation``."""
     job = load_job("gsm")
-    data = {"job": {"name": job.name, "hash": job.content_hash}, "model": "gpt-4o-mini"}
+    data: dict[str, Any] = {
+        "job": {"name": job.name, "hash": job.content_hash},
+        "model": "gpt-4o-mini",
+    }
     data.update(changes, recommendation=recommendation)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CALIBRATION).write_bytes(orjson.dumps(data))

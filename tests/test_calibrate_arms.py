@@ -91,14 +91,14 @@ def outputs(cal: Calibration, arm: str) -> list[dict[str, Any]]:
     """The output lines of an arm's run directories."""
     lines: list[dict[str, Any]] = []
     for run_dir in arm_entry(cal, arm)["run_dirs"]:
-        lines += read_jsonl(cal.out / run_dir / "outputs.jsonl")  # type: ignore[arg-type]
+        lines += read_jsonl(cal.out / run_dir / "outputs.jsonl")
     return lines
 
 
 def arm_entry(cal: Calibration, arm: str) -> dict[str, Any]:
     """The arm's row in calibration.json."""
     (entry,) = [a for a in cal.data["arms"] if a["name"] == arm]
-    return entry
+    return dict(entry)
 
 
 def right_by_label(cal: Calibration, arm: str) -> int:
@@ -111,7 +111,7 @@ def right_by_label(cal: Calibration, arm: str) -> int:
     right = 0
     for run_dir in arm_entry(cal, arm)["run_dirs"]:
         for trace in read_jsonl(cal.out / run_dir / "traces.jsonl"):
-            steps: list[dict[str, Any]] = trace["steps"]  # type: ignore[assignment]
+            steps: list[dict[str, Any]] = trace["steps"]
             asked = steps[0]["messages"][-1]["content"]
             (problem,) = [q for q in labels if q in asked]
             if arm == "first":
@@ -126,7 +126,7 @@ def right_by_label(cal: Calibration, arm: str) -> int:
 def calls_per_record(cal: Calibration, arm: str) -> float:
     """Calls the provider answered per record, from the arm's output lines."""
     lines = outputs(cal, arm)
-    return sum(o["usage"]["calls"] for o in lines) / len(lines)
+    return float(sum(o["usage"]["calls"] for o in lines)) / len(lines)
 
 
 @pytest.mark.parametrize("case", ["helps", "hurts"])
@@ -156,7 +156,7 @@ def test_best_of_n_makes_refines_calls_per_record_within_ten_percent(
     for run_dir in arm_entry(cal, "best-of-n")["run_dirs"]:
         n = int(run_dir.rsplit("-", 1)[1])
         for trace in read_jsonl(cal.out / run_dir / "traces.jsonl"):
-            kinds = [s["kind"] for s in trace["steps"]]  # type: ignore[attr-defined]
+            kinds = [s["kind"] for s in trace["steps"]]
             assert kinds == ["answer"] + ["sample"] * (n - 1)
 
 

@@ -123,9 +123,7 @@ def test_the_budget_holds_across_the_arms(tmp_path: Path) -> None:
     assert stopped.stdout.startswith("estimated cost before anything is spent")
     assert "caps every arm together" in stopped.stdout
     spent = sum(
-        o["cost_usd"]
-        for d in (tmp_path / "cal").rglob("outputs.jsonl")
-        for o in read_jsonl(d)  # type: ignore[misc]
+        o["cost_usd"] for d in (tmp_path / "cal").rglob("outputs.jsonl") for o in read_jsonl(d)
     )
     assert done.returncode == 0, done.stderr
     data = orjson.loads((tmp_path / "cal" / CALIBRATION).read_bytes())
@@ -179,7 +177,7 @@ def test_plan_best_of_n_runs_the_samples_calibrated(tmp_path: Path) -> None:
     assert settings["strategy"] == entry["plan"]["strategy"] and settings["max_iters"] == 0
     n = int(entry["plan"]["strategy"][-1].split("=")[1])
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
-        assert len(trace["steps"]) == n  # type: ignore[arg-type]
+        assert len(trace["steps"]) == n
 
 
 def write_v1(directory: Path) -> Path:
@@ -269,7 +267,7 @@ def test_the_first_answer_alone_is_its_own_run(tmp_path: Path) -> None:
     data = orjson.loads((tmp_path / "cal" / CALIBRATION).read_bytes())
     (first,) = data["arms"]
     lines = read_jsonl(tmp_path / "cal" / "first" / "outputs.jsonl")
-    assert first["right"] == sum(o["metrics"]["correct"] for o in lines)  # type: ignore[index]
+    assert first["right"] == sum(o["metrics"]["correct"] for o in lines)
     assert all(o["iterations"] == 0 for o in lines) and data["recommendation"] is None
     assert "rounds of refine" not in cal.stdout and "recommendation: first" in cal.stdout
     assert auto.returncode == 2 and "measured no rounds" in auto.stderr

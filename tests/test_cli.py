@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -20,11 +21,11 @@ from tests.helpers import read_jsonl, tasks, wait_for_calls, write_jsonl
 REFINE = [sys.executable, "-m", "pipeline.cli"]
 
 
-def refine(*args: str, key: str = "sk-test", **kw: object) -> subprocess.CompletedProcess[str]:
+def refine(*args: str, key: str = "sk-test", **kw: Any) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OPENAI_API_KEY": key}
     return subprocess.run(
         [*REFINE, *args], env=env, capture_output=True, text=True, timeout=120, **kw
-    )  # type: ignore[call-overload, no-any-return]
+    )
 
 
 def start(*args: str, key: str = "sk-test") -> subprocess.Popen[str]:
@@ -84,10 +85,10 @@ def test_sigkill_several_times_then_resume(tmp_path: Path) -> None:
     )
     rng = random.Random(7)
     with Simulator(SimConfig(latency_s=0.03, p_done=0.2)) as sim:
-        args = (*args, "--base-url", sim.url, "--model", "sim-model")
+        at_sim = (*args, "--base-url", sim.url, "--model", "sim-model")
         killed = 0
         for _ in range(kills):
-            proc = start(*args)
+            proc = start(*at_sim)
             wait_for_calls(run_dir, killed * 10 + rng.randint(5, 25), proc)
             time.sleep(rng.uniform(0.0, 0.2))
             if proc.poll() is not None:
@@ -102,7 +103,7 @@ def test_sigkill_several_times_then_resume(tmp_path: Path) -> None:
                     lines = (run_dir / f).read_bytes().split(b"\n")
                     for line in lines[:-1]:
                         orjson.loads(line)
-        final = refine(*args)
+        final = refine(*at_sim)
         bodies = Counter(
             orjson.dumps(b["messages"], option=orjson.OPT_SORT_KEYS) for b in sim.completed_bodies()
         )
@@ -209,7 +210,7 @@ def test_resume_uses_manifest_settings(tmp_path: Path) -> None:
         first = refine(
             *run_args(
                 inp,
-                str(run_dir),
+                run_dir,
                 sim.url,
                 "--model",
                 "sim-model",
@@ -233,7 +234,7 @@ def test_exit_status_for_auth_failure(tmp_path: Path) -> None:
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(50))
     canary = "sk-canary-cli-4242"
     with Simulator(SimConfig(api_key="sk-right")) as sim:
-        out = refine(*run_args(inp, str(tmp_path / "run"), sim.url), key=canary)
+        out = refine(*run_args(inp, tmp_path / "run", sim.url), key=canary)
     assert out.returncode == 3
     assert "401" in out.stderr
     assert canary not in out.stderr + out.stdout
@@ -245,17 +246,17 @@ def test_non_tty_progress_is_plain_log_lines(tmp_path: Path) -> None:
     """Without a terminal, progress is plain log lines (no bar control characters)."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(5))
     with Simulator(SimConfig(latency_s=0.0)) as sim:
-        out = refine(*run_args(inp, str(tmp_path / "run"), sim.url, "--max-iters", "0"))
+        out = refine(*run_args(inp, tmp_path / "run", sim.url, "--max-iters", "0"))
     assert out.returncode == 0
     assert "\r" not in out.stderr
-    assert "5/5 records (5 done, 0 failed" in out.stdout
+    assert "5/5 records finished; this invocation: 5 done, 0 failed" in out.stdout
 
 
 def test_console_shows_no_http_library_chatter(tmp_path: Path) -> None:
     """The console carries refine's own lines only, not one line per HTTP request."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
     with Simulator(SimConfig(latency_s=0.0)) as sim:
-        out = refine(*run_args(inp, str(tmp_path / "run"), sim.url, "--max-iters", "1"))
+        out = refine(*run_args(inp, tmp_path / "run", sim.url, "--max-iters", "1"))
     assert out.returncode == 0
     assert "HTTP Request" not in out.stderr
 
@@ -266,7 +267,7 @@ def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
     with Simulator(SimConfig(latency_s=0.0, p_done=0.2)) as sim:
         assert (
             refine(
-                *run_args(inp, str(tmp_path / "run"), sim.url, "--max-iters", "2", "--quiet")
+                *run_args(inp, tmp_path / "run", sim.url, "--max-iters", "2", "--quiet")
             ).returncode
             == 0
         )
@@ -299,3 +300,37 @@ def test_strategies_and_a_selection_rule_from_the_command_line(tmp_path: Path) -
     )
     assert kinds["sample"] == 3 * 2 and kinds["answer"] == 3 * 2
     assert {o["chosen_by"] for o in read_jsonl(tmp_path / "run/outputs.jsonl")} == {"pooled"}
+
+
+def test_a_bad_number_names_its_option(tmp_path: Path) -> None:
+    """`--max-iters abc` is refused naming --max-iters and what it takes (exit 2)."""
+    out = refine("run", "code-improve", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "r"),
+                 "--max-iters", "abc")  # fmt: skip
+    assert out.returncode == 2
+    assert "argument --max-iters: 'abc' is not a whole number >= 0, nor auto" in out.stderr
+    assert "_max_iters" not in out.stderr
+
+
+def test_run_help_describes_every_price_field() -> None:
+    """`refine run --help` names every key a price file takes."""
+    out = refine("run", "--help")
+    text = " ".join(out.stdout.split())
+    assert all(key in text for key in ("input, output, cached_input, batch", "per million"))
+
+
+def test_jobs_marks_labels_and_checks_a_job_file(tmp_path: Path) -> None:
+    """`refine jobs` marks label and check-only fields; `refine jobs FILE` loads a job file
+    and describes it, or refuses it naming the file and the line."""
+    listing = refine("jobs")
+    assert listing.returncode == 0
+    assert "target? (any, label)" in listing.stdout
+    assert "test_input? (any, check)" in listing.stdout
+    one = refine("jobs", "gsm")
+    assert one.returncode == 0
+    assert "target  any, optional, label: read by the evaluator only" in one.stdout
+    assert "hooks: evaluate, check" in one.stdout and "correct (label" in one.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[input.a\n')
+    refused = refine("jobs", str(bad))
+    assert refused.returncode == 2
+    assert f"{bad}: toml:" in refused.stderr and "line 2" in refused.stderr

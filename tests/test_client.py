@@ -10,8 +10,10 @@ import pytest
 
 from pipeline.client.chat import OpenAIClient, redact
 from pipeline.client.limits import Limiter
+from pipeline.core.steps import Request
 from pipeline.errors import AuthError, CallError, FatalCallError, UnavailableError
 from pipeline.testing.simulator import SimConfig, Simulator
+from tests.helpers import NO_BACKOFF
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -22,7 +24,7 @@ SCHEMA: dict[str, Any] = {
         "done": {"type": "boolean"},
     },
 }
-MESSAGES = [{"role": "user", "content": "Review this code: print(1)"}]
+MESSAGES = ({"role": "user", "content": "Review this code: print(1)"},)
 
 
 def make_client(sim: Simulator, **kw: Any) -> OpenAIClient:
@@ -33,7 +35,7 @@ def make_client(sim: Simulator, **kw: Any) -> OpenAIClient:
         timeout=2.0,
         max_retries=3,
         limiter=Limiter(),
-        backoff_base=0.0,
+        delays=NO_BACKOFF,
         rng=random.Random(0),
     )
     args.update(kw)
@@ -53,7 +55,9 @@ async def test_structured_output_degrades(structured: str, expected_level: int) 
     """The client falls back json_schema -> json_object -> text and still gets JSON feedback."""
     with Simulator(SimConfig(structured=structured, fence_json=True)) as sim:
         client = make_client(sim)
-        comp = await client.complete(MESSAGES, schema=SCHEMA, temperature=0, max_tokens=200)
+        comp = await client.complete(
+            Request(MESSAGES, temperature=0, max_tokens=200, schema=SCHEMA)
+        )
         await client.aclose()
         assert client.level == expected_level
         assert "actions" in comp.text
@@ -76,10 +80,9 @@ async def test_retries_server_errors_then_succeeds() -> None:
         client = make_client(sim, max_retries=10)
         results = [
             await client.complete(
-                [*MESSAGES, {"role": "user", "content": str(i)}],
-                schema=None,
-                temperature=0,
-                max_tokens=50,
+                Request(
+                    (*MESSAGES, {"role": "user", "content": str(i)}), temperature=0, max_tokens=50
+                )
             )
             for i in range(10)
         ]
@@ -92,16 +95,19 @@ async def test_retries_server_errors_then_succeeds() -> None:
 
 @pytest.mark.anyio
 async def test_gives_up_after_max_retries() -> None:
-    """A failing call is tried 1 + --max-retries times, then raises a CallError with the status."""
+    """A failing call is tried 1 + --max-retries times, then raises a CallError with the status
+    and the call's trace data, from the last attempt's own failure."""
     with Simulator(SimConfig(p_503=1.0)) as sim:
         client = make_client(sim, max_retries=2)
         client.outage.threshold = 1000  # this test looks at one call's budget, not outages
         with pytest.raises(CallError) as info:
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
         assert len(sim.requests) == 3
     assert info.value.kind == "http_503"
-    assert info.value.attempts == 3
+    assert info.value.attempts == 3 and [t.status for t in info.value.tries] == [503] * 3
+    assert (info.value.messages, info.value.model) == (list(MESSAGES), "m")
+    assert isinstance(info.value.__cause__, CallError) and info.value.__cause__.status == 503
 
 
 @pytest.mark.anyio
@@ -110,7 +116,7 @@ async def test_endless_failures_become_an_outage_that_stops() -> None:
     with Simulator(SimConfig(p_503=1.0)) as sim:
         client = make_client(sim, max_retries=2, max_outage=0.5)
         with pytest.raises(UnavailableError, match="resumable"):
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
         # Beyond the retries that opened the circuit, only a few spaced probes were sent.
         assert 3 <= len(sim.requests) <= 8
@@ -122,7 +128,7 @@ async def test_wrong_key_is_fatal_and_redacted() -> None:
     with Simulator(SimConfig(api_key="sk-right")) as sim:
         client = make_client(sim, api_key="sk-wrong-canary-123")
         with pytest.raises(AuthError) as info:
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
         assert len(sim.requests) == 1
     assert "sk-wrong-canary-123" not in str(info.value)
@@ -134,7 +140,7 @@ async def test_unknown_model_is_fatal() -> None:
     with Simulator(SimConfig(models=("real-model",))) as sim:
         client = make_client(sim, model="no-such-model")
         with pytest.raises(FatalCallError, match="404"):
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
 
 
@@ -143,7 +149,7 @@ async def test_bad_request_fails_record_without_retry(sim: Simulator) -> None:
     """A 400 unrelated to the response format fails the call at once, with the server's reason."""
     client = make_client(sim)
     with pytest.raises(CallError) as info:
-        await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=0)
+        await client.complete(Request(MESSAGES, temperature=0, max_tokens=0))
     await client.aclose()
     assert info.value.kind == "http_400"
     assert "max_tokens" in str(info.value)
@@ -157,7 +163,7 @@ async def test_hang_times_out_and_is_retried() -> None:
         client = make_client(sim, timeout=0.5, max_retries=6)
         outs = [
             await client.complete(
-                [{"role": "user", "content": f"q{i}"}], schema=None, temperature=0, max_tokens=20
+                Request(({"role": "user", "content": f"q{i}"},), temperature=0, max_tokens=20)
             )
             for i in range(4)
         ]
@@ -175,7 +181,7 @@ async def test_broken_connections_are_retried(fault: str) -> None:
         client = make_client(sim, max_retries=8)
         outs = [
             await client.complete(
-                [{"role": "user", "content": f"q{i}"}], schema=None, temperature=0, max_tokens=20
+                Request(({"role": "user", "content": f"q{i}"},), temperature=0, max_tokens=20)
             )
             for i in range(6)
         ]
@@ -191,7 +197,7 @@ async def test_refusal_fails_the_call() -> None:
     with Simulator(SimConfig(p_refusal=1.0)) as sim:
         client = make_client(sim)
         with pytest.raises(CallError) as info:
-            await client.complete(MESSAGES, schema=None, temperature=0, max_tokens=50)
+            await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
     assert info.value.kind == "refusal"
 
@@ -204,7 +210,7 @@ async def test_rate_limit_429_honours_retry_after_and_slows_pool() -> None:
         client = make_client(sim, limiter=limiter, max_retries=5)
         for i in range(3):
             await client.complete(
-                [{"role": "user", "content": f"q{i}"}], schema=None, temperature=0, max_tokens=5
+                Request(({"role": "user", "content": f"q{i}"},), temperature=0, max_tokens=5)
             )
         await client.aclose()
         statuses = [r.status for r in sim.requests]
@@ -232,6 +238,7 @@ class _TerseServer:
             def do_POST(self) -> None:
                 body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 seen.append(body)
+                payload: dict[str, Any]
                 if "response_format" in body:
                     status, payload = 400, {"error": {"message": "Bad Request"}}
                 else:
@@ -276,7 +283,12 @@ async def test_terse_400_to_response_format_degrades_per_call_then_pool() -> Non
         )
         for i in range(4):
             comp = await client.complete(
-                [{"role": "user", "content": f"q{i}"}], schema=SCHEMA, temperature=0, max_tokens=20
+                Request(
+                    ({"role": "user", "content": f"q{i}"},),
+                    temperature=0,
+                    max_tokens=20,
+                    schema=SCHEMA,
+                )
             )
             assert "actions" in comp.text
         await client.aclose()
@@ -311,7 +323,9 @@ async def test_string_lengths_go_only_where_a_grammar_enforces_them(structured: 
     server (json_object) gets them all, and the answer keeps within them."""
     with Simulator(SimConfig(structured=structured)) as sim:
         client = make_client(sim)
-        comp = await client.complete(MESSAGES, schema=BOUNDED, temperature=0, max_tokens=200)
+        comp = await client.complete(
+            Request(MESSAGES, temperature=0, max_tokens=200, schema=BOUNDED)
+        )
         await client.aclose()
         sent = sim.completed_bodies()[-1]["response_format"]
     if structured == "json_schema":
@@ -331,7 +345,7 @@ async def test_frequency_penalty_is_sent_only_when_given(penalty: float | None) 
     with Simulator(SimConfig()) as sim:
         client = make_client(sim)
         await client.complete(
-            MESSAGES, schema=None, temperature=0, max_tokens=500, frequency_penalty=penalty
+            Request(MESSAGES, temperature=0, max_tokens=500, frequency_penalty=penalty)
         )
         await client.aclose()
         body = sim.completed_bodies()[-1]

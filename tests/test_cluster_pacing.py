@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from pipeline.backends.cluster.messages import PaceAsk
-from pipeline.backends.cluster.pacing import RemoteLimiter, answer
+from pipeline.backends.ray.messages import PaceAsk
+from pipeline.backends.ray.pacing import RemoteLimiter, answer
 from pipeline.client.limits import SLOWDOWN, Booking
 from tests.test_limits import FakeClock, make_limiter
 

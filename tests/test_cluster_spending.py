@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from pipeline.backends.cluster.spending import Accounts, RemoteBudget
+from pipeline.backends.ray.spending import Accounts, RemoteBudget
 from pipeline.client.budget import Budget, Reservation
 from pipeline.client.prices import Price, PriceBook
 from pipeline.errors import BudgetReached

@@ -12,25 +12,27 @@ import anyio
 import pytest
 
 from pipeline import render_status
-from pipeline.backends.cluster.jobfiles import JobFiles
-from pipeline.backends.cluster.messages import (
+from pipeline.backends.ray.jobfiles import JobFiles
+from pipeline.backends.ray.messages import (
     Assignment,
     Event,
     Finished,
     Halted,
+    Orders,
     Reply,
-    Request,
     Saved,
     WireError,
 )
-from pipeline.backends.cluster.worker import Worker, WorkerSpec
+from pipeline.backends.ray.worker import Worker, WorkerSpec
+from pipeline.client.models import ModelId
 from pipeline.client.prices import PriceBook
 from pipeline.core.loader import load_job
 from pipeline.core.records import Record
-from pipeline.core.steps import Outcome, Step
+from pipeline.core.steps import Outcome, Request, Step
 from pipeline.errors import AuthError, BudgetReached, ConfigError, FatalCallError, UnavailableError
 from pipeline.runs.clients import Endpoint
 from pipeline.runs.settings import Settings, resolve
+from pipeline.sandbox import SandboxMode
 from pipeline.testing.simulator import SimConfig, Simulator
 
 pytestmark = pytest.mark.anyio
@@ -143,7 +145,7 @@ class Driver:
 
     async def exchange(self, *, ack: bool = True, **kw: object) -> Reply:
         """One exchange; the steps it brings are acknowledged in the next one when ``ack``."""
-        req = Request(self.instance, acks=tuple(self.acks), poll_s=0.05, **kw)  # type: ignore[arg-type]
+        req = Orders(self.instance, acks=tuple(self.acks), poll_s=0.05, **kw)  # type: ignore[arg-type]
         self.acks = []
         reply = await self.worker.exchange(req)
         self.replies.append(reply)
@@ -166,7 +168,7 @@ def spec(url: str, **settings: object) -> WorkerSpec:
     """What a worker of a code-improve run against ``url`` is built from."""
     job = load_job("code-improve")
     s = resolve(Settings(model="sim-model", base_url=url, **settings), job.max_iters)  # type: ignore[arg-type]
-    endpoint = Endpoint("sim-model", "sim-model", (url,), "json_schema", None)
+    endpoint = Endpoint("sim-model", ModelId("sim-model"), (url,), "json_schema", None)
     return WorkerSpec(JobFiles.of(job), s, endpoint, None, PriceBook(), budgeted=False)
 
 
@@ -263,7 +265,7 @@ async def test_a_rejected_key_halts_records_with_the_error_that_stops_the_run() 
 async def test_a_request_for_an_earlier_process_is_ignored() -> None:
     """Acks and records meant for an actor's process that died are not taken by its successor."""
     async with started() as (driver, sim):
-        stale = Request("an-earlier-process", acks=(0,), assign=(Assignment(record()),))
+        stale = Orders("an-earlier-process", acks=(0,), assign=(Assignment(record()),))
         reply = await driver.worker.exchange(stale)
         assert reply.instance == driver.instance and reply.events == ()
         await anyio.sleep(0.1)
@@ -314,16 +316,49 @@ async def test_worker_gate_passes_a_cut_off_retrys_frequency_penalty() -> None:
     """The worker's client wrapper hands every sampling setting on, the penalty included."""
     from types import SimpleNamespace
 
-    from pipeline.backends.cluster.worker import _Gate
+    from pipeline.backends.ray.worker import _Gate
     from tests.fakes import ScriptedClient
 
     inner = ScriptedClient(["short answer"])
     gate = _Gate(inner, SimpleNamespace(stopping=False))  # type: ignore[arg-type]
     await gate.complete(
-        [{"role": "user", "content": "q"}],
-        schema=None,
-        temperature=0.0,
-        max_tokens=64,
-        frequency_penalty=0.5,
+        Request(
+            ({"role": "user", "content": "q"},),
+            temperature=0.0,
+            max_tokens=64,
+            frequency_penalty=0.5,
+        )
     )
     assert inner.penalties == [0.5]
+
+
+MODE_HOOKS = """
+from pipeline.sandbox import current_mode
+
+RUNS_PROGRAMS = True
+
+def check(fields, output):
+    return ["mode " + current_mode().value]
+"""
+
+
+@pytest.mark.parametrize("mode", list(SandboxMode))
+async def test_a_workers_hooks_run_in_the_runs_sandbox_mode(
+    tmp_path: Path, mode: SandboxMode
+) -> None:
+    """--sandbox reaches the hooks of a worker's records (in the threads they run in)."""
+    path = tmp_path / "shout.toml"
+    path.write_text(HOOKED_JOB.replace("HOOKS", "mode_hooks.py"))
+    (tmp_path / "mode_hooks.py").write_text(MODE_HOOKS)
+    job = load_job(str(path))
+    with Simulator(SimConfig(latency_s=0.0)) as sim:
+        s = resolve(Settings(model="sim-model", base_url=sim.url, max_iters=0, sandbox=mode), 0)
+        endpoint = Endpoint("sim-model", ModelId("sim-model"), (sim.url,), "json_schema", None)
+        worker = Worker(WorkerSpec(JobFiles.of(job), s, endpoint, None, PriceBook(), False))
+        driver = Driver(worker, await worker.start("k"))
+        try:
+            await driver.until(finished(1), assign=(Assignment(Record("r0", 1, {"text": "hi"})),))
+        finally:
+            await worker.close()
+    steps = [e.step for e in driver.events if isinstance(e, Saved)]
+    assert [s.checks for s in steps] == [[f"mode {mode.value}"]]

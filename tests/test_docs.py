@@ -66,6 +66,24 @@ def test_the_worked_example_job_runs_as_written(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "report" / "index.html").is_file()
 
 
+def test_the_api_example_runs_as_written(tmp_path: Path) -> None:
+    """docs/api.md's example runs as written against the simulator (its URL given the way a
+    new run takes it from the environment) and prints the summary's exit status."""
+    files = files_of(ROOT / "docs" / "api.md", tmp_path)
+    write_jsonl(tmp_path / "tasks.jsonl", [{"id": "t1", "task": "Sum a list."}])
+    with Simulator(SimConfig()) as sim:
+        env = {**os.environ, "OPENAI_API_KEY": "k", "OPENAI_BASE_URL": sim.url}
+        done = subprocess.run(
+            [sys.executable, str(files["run_tasks.py"])],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("0 1/1 records finished")
+    assert [o["status"] for o in read_jsonl(tmp_path / "runs" / "tasks" / "outputs.jsonl")] == [
+        "done"
+    ]
+
+
 def test_no_page_of_the_docs_is_too_long_to_read() -> None:
     """README.md and every page under docs/ hold at most 400 lines."""
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -13,9 +13,11 @@ import pytest
 from pipeline import Settings, load_job
 from pipeline.client.prices import Price, PriceBook
 from pipeline.commands.estimate import from_prompts, from_sample, render, run_estimate
+from pipeline.commands.status import collect
 from pipeline.runs.settings import effective_job
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.test_prefix_cache import PRICES, SIM_PRICES, long_tasks
 
 JOB = load_job("code-improve")  # scored; plain Self-Refine
 MODELS = {"generate": "m", "refine": "m", "feedback": "m"}
@@ -115,11 +117,12 @@ def test_dollars_use_the_prices_and_batch_discount(tmp_path: Path) -> None:
 
 def test_sample_extrapolates_mean_with_an_interval() -> None:
     """From a sample: expected = mean x records; low and high bound the 90% interval."""
-    per = [(4, 100, 50, 0.01), (6, 140, 70, 0.03)]
+    per = [(4, 100, 50, 0.01, 50, 0.02), (6, 140, 70, 0.03, 70, 0.05)]
     est = from_sample(per, 1000)
     exp = est.scenarios["expected"]
     assert (exp.calls, exp.prompt_tokens, exp.completion_tokens) == (5000, 120_000, 60_000)
     assert exp.cost_usd == pytest.approx(20.0)
+    assert exp.cached_tokens == 60_000 and exp.uncached_cost_usd == pytest.approx(35.0)
     assert est.scenarios["low"].calls < 5000 < est.scenarios["high"].calls
 
 
@@ -155,7 +158,7 @@ def test_sample_runs_for_real_and_is_not_paid_again(tmp_path: Path) -> None:
     assert sampled.scenarios["expected"].calls == pytest.approx(sampled_calls * 4, abs=1)
     outs = read_jsonl(out / "outputs.jsonl")
     assert len(outs) == 40
-    assert total_calls == sum(o["usage"]["calls"] for o in outs)  # type: ignore[index,misc]
+    assert total_calls == sum(o["usage"]["calls"] for o in outs)
     assert static.scenarios["low"].calls == 80
 
 
@@ -169,3 +172,28 @@ def test_estimate_command_prints_three_scenarios(tmp_path: Path) -> None:
     js = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
     [est] = orjson.loads(js.stdout)
     assert est["records"] == 5 and set(est["scenarios"]) == {"low", "expected", "high"}
+
+
+def test_a_sample_shows_the_cache_as_status_does(tmp_path: Path) -> None:
+    """`estimate --sample` prints the cached share `refine status` shows for the same
+    sample, and a cost without the cache above the cost with it (not 0% and unknown)."""
+    prices = tmp_path / "prices.json"
+    prices.write_bytes(orjson.dumps(PRICES))
+    inp = write_jsonl(tmp_path / "in.jsonl", long_tasks(20))
+    out = tmp_path / "sample"
+    with Simulator(SimConfig(p_done=0.0, **SIM_PRICES)) as sim:
+        settings = Settings(
+            model="sim-model", base_url=sim.url, max_iters=2, checks=False,
+            prices=str(prices),
+        )  # fmt: skip
+        _, sampled = run_estimate("code-improve", inp, settings, sample=5, out=out)
+    info = collect(out)
+    exp = sampled.scenarios["expected"]
+    status_share = info["cached_tokens"] / info["prompt_tokens"]
+    assert status_share > 0.3
+    assert exp.cached_tokens / exp.prompt_tokens == pytest.approx(status_share, abs=0.01)
+    assert exp.cost_usd == pytest.approx(info["cost_usd"] * 4, rel=0.01)  # 20 records of 5
+    assert exp.cost_usd is not None and exp.uncached_cost_usd is not None
+    assert exp.uncached_cost_usd > exp.cost_usd
+    text = render(sampled)
+    assert f"{status_share:.0%}" in text and "unknown" not in text

@@ -15,6 +15,7 @@ import pytest
 from pipeline import ConfigError
 from pipeline.commands.columns import JSON, NULL, OUTPUT_KINDS, Columns, kind_of, merge, to_cell
 from pipeline.commands.export import export, export_format, input_column
+from pipeline.runs.rundir import RunDir
 from pipeline.testing.simulator import Simulator
 from tests.helpers import concept_rows, read_jsonl, run_commongen, write_jsonl
 
@@ -228,6 +229,33 @@ def test_export_of_an_unfinished_run_has_the_finished_records(
     out.write_bytes(b"".join(out.read_bytes().splitlines(keepends=True)[:5]))
     done = export(tmp_path / "run", tmp_path / "out.csv", with_input=True)
     assert done.rows == 5 and done.without_input == 0
+    assert done.partial() == (
+        "5 of 12 records are finished and written; the rest are pending (`refine resume "
+        "RUN_DIR` runs them)"
+    )
+
+
+def test_export_of_a_live_run_says_so_or_refuses(sim: Simulator, tmp_path: Path) -> None:
+    """While a process holds the run, export writes the records finished so far and says
+    the run is still going, or refuses (exit 2) when none has finished: never a bare
+    '0 rows written'."""
+    inp = write_jsonl(tmp_path / "in.jsonl", concept_rows(12))
+    assert run_commongen(sim, inp, tmp_path / "run").exit_code == 0
+    out = tmp_path / "run" / "outputs.jsonl"
+    whole = out.read_bytes()
+    out.write_bytes(b"".join(whole.splitlines(keepends=True)[:3]))
+    with RunDir(tmp_path / "run").lock():
+        done = export(tmp_path / "run", tmp_path / "out.jsonl")
+        assert done.rows == 3 and done.running
+        assert "the run is still running: 3 of 12 records had finished" in (done.partial() or "")
+        out.write_bytes(b"")
+        cli = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "export", str(tmp_path / "run"),
+             str(tmp_path / "none.csv")],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    assert cli.returncode == 2 and "none of its records has finished yet" in cli.stderr
+    assert not (tmp_path / "none.csv").exists()
 
 
 def test_export_refuses_a_directory_without_a_run(tmp_path: Path) -> None:

@@ -103,8 +103,9 @@ def test_outage_is_waited_out_without_failing_records(tmp_path: Path) -> None:
     assert 3 <= len(during) <= 20
 
 
-def test_unreachable_endpoint_stops_run_resumable(tmp_path: Path) -> None:
-    """An endpoint that never answers stops the run (exit 5) with records left pending."""
+def test_unreachable_endpoint_stops_run_at_once(tmp_path: Path) -> None:
+    """A closed port (nothing ever answered) stops the run at once with exit 2, the URL and
+    the cause, records left pending: a wrong URL is no outage to wait out."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(20))
     with Simulator(SimConfig()) as sim:
         url = sim.url  # a port that is closed once the simulator stops
@@ -117,6 +118,26 @@ def test_unreachable_endpoint_stops_run_resumable(tmp_path: Path) -> None:
         api_key="k",
         show_progress=False,
     )
+    assert summary.exit_code == 2
+    assert f"cannot reach {url}: connection refused" in (summary.message or "")
+    assert time.monotonic() - started < 30
+    assert read_jsonl(tmp_path / "run" / "outputs.jsonl") == []
+
+
+def test_an_endpoint_that_never_answers_a_call_stops_resumable(tmp_path: Path) -> None:
+    """A server that takes connections but answers no call (every one hangs) is an outage:
+    the run stops after --max-outage (exit 5) with records left pending, resumable."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(5))
+    with Simulator(SimConfig(p_hang=1.0, hang_s=60)) as sim:
+        started = time.monotonic()
+        summary = run(
+            "code-improve",
+            inp,
+            tmp_path / "run",
+            settings(sim.url, max_outage=1.0, timeout=0.3, max_retries=1),
+            api_key="k",
+            show_progress=False,
+        )
     assert summary.exit_code == 5
     assert "resumable" in (summary.message or "")
     assert time.monotonic() - started < 30

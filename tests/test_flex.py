@@ -4,6 +4,7 @@ priced at the batch rate, its 429 resource_unavailable waited out as capacity.""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ from pipeline import Settings, run
 from pipeline.cli.parser import build_parser, settings_from_args
 from pipeline.client.budget import Budget, Reservation
 from pipeline.client.chat import OpenAIClient
+from pipeline.client.delays import DELAYS, Backoff
 from pipeline.client.flex import FLEX_TIMEOUT_S, Capacity
 from pipeline.client.limits import Limiter
 from pipeline.client.prices import Price, PriceBook
 from pipeline.commands.estimate import run_estimate
-from pipeline.core.steps import Step
+from pipeline.core.steps import Request, Step
 from pipeline.errors import ConfigError
 from pipeline.report.aggregate import summarize
 from pipeline.runs.rundir import RunDir
@@ -129,6 +131,7 @@ def test_estimate_prices_the_flex_tier_at_the_batch_rate(tmp_path: Path) -> None
     for name, figures in plain[0].scenarios.items():
         other = flex[0].scenarios[name]
         assert figures.cost_usd and other.cost_usd == pytest.approx(figures.cost_usd * 0.5, 1e-3)
+        assert figures.uncached_cost_usd is not None
         assert other.uncached_cost_usd == pytest.approx(figures.uncached_cost_usd * 0.5, 1e-3)
     assert "service tier flex, priced at the batch rate" in flex[0].basis
 
@@ -156,7 +159,7 @@ class _Spy(Budget):
 @pytest.mark.anyio
 async def test_client_sends_the_tier_and_reserves_at_its_rate() -> None:
     """service_tier is sent only when set; flex reserves and settles at the batch rate."""
-    msgs = [{"role": "user", "content": "hi"}]
+    msgs = ({"role": "user", "content": "hi"},)
     with Simulator(SimConfig()) as sim:
         for tier, batch in (("flex", True), (None, False), ("priority", False)):
             spy = _Spy()
@@ -170,7 +173,7 @@ async def test_client_sends_the_tier_and_reserves_at_its_rate() -> None:
                 budget=spy,
                 service_tier=tier,
             )
-            comp = await client.complete(msgs, schema=None, temperature=0.0, max_tokens=5)
+            comp = await client.complete(Request(msgs, temperature=0.0, max_tokens=5))
             await client.aclose()
             assert comp.service_tier == (tier or "default")
             assert (spy.reserved_at, spy.settled_at) == ([batch], [batch])
@@ -186,8 +189,12 @@ def test_150_records_on_flex_with_15_percent_refused(
     """Every record done, every answered call traced on the flex tier, no retry used up and
     no slow-down for a refusal, cost within 1% of the flex-rate bill."""
     # The backoff's first wait a tenth of its 1 s: a call refused five times in a row (it
-    # happens in a run this size) then waits 3 s at most, not 30.
-    monkeypatch.setattr("pipeline.client.flex.FLEX_BACKOFF_BASE_S", 0.1)
+    # happens in a run this size) then waits 3 s at most, not 30. The run opens its own
+    # clients: they are given these delays as they are made.
+    quick = replace(DELAYS, flex=Backoff(0.1, DELAYS.flex.cap))
+    monkeypatch.setattr(
+        OpenAIClient, "__init__", partialmethod(OpenAIClient.__init__, delays=quick)
+    )
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(150))
     out = tmp_path / "run"
     cfg = SimConfig(latency_s=0.002, p_flex_unavailable=0.15, p_done=0.3, **SIM_PRICES)
@@ -238,7 +245,7 @@ def test_flex_without_capacity_stops_resumable_naming_the_tier(tmp_path: Path) -
         base: dict[str, Any] = dict(model="sim-model", base_url=sim.url, max_iters=1, checks=False)
         flex = Settings(**base, service_tier="flex", max_outage=1.0)
         summary = run("code-improve", inp, out, flex, api_key="k", show_progress=False)
-        assert summary.exit_code == 5 and "flex tier" in summary.message
+        assert summary.exit_code == 5 and "flex tier" in (summary.message or "")
         assert read_jsonl(out / "outputs.jsonl") == []
         manifest = RunDir(out).require_manifest()
         assert manifest.settings.service_tier == "flex"
@@ -252,7 +259,7 @@ def test_flex_without_capacity_stops_resumable_naming_the_tier(tmp_path: Path) -
 def test_capacity_gives_up_only_after_max_s_without_a_success() -> None:
     """A success resets the clock; refusals alone for longer than max_s exceed it."""
     now = [0.0]
-    cap = Capacity(10.0, lambda: now[0])
+    cap = Capacity(10.0, lambda: now[0], DELAYS.flex)
     cap.refusal(1, 0.5)
     now[0] = 9.0
     assert not cap.exceeded()

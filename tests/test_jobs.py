@@ -354,10 +354,16 @@ def test_hooks_file_content_changes_the_content_hash(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "hooks",
-    ["raise RuntimeError('broken hooks')\n", "evaluate = 3\n", "def evaluate(:\n"],
+    [
+        "raise RuntimeError('broken hooks')\n",
+        "evaluate = 3\n",
+        "def evaluate(:\n",
+        "RUNS_PROGRAMS = 'yes'\n",
+    ],
 )
 def test_broken_hooks_file_is_a_job_error(tmp_path: Path, hooks: str) -> None:
-    """A hooks file that fails to import, or whose evaluate is not callable, is a JobError."""
+    """A hooks file that fails to import, whose evaluate is not callable or whose
+    RUNS_PROGRAMS is not a bool, is a JobError."""
     (tmp_path / "hooks.py").write_text(hooks, encoding="utf-8")
     with pytest.raises(JobError) as info:
         load_job(str(write_job(tmp_path, BASE + '\n[hooks]\nfile = "hooks.py"\n')))
@@ -414,3 +420,10 @@ def test_misspelt_key_inside_a_table_is_named(
     with pytest.raises(JobError) as info:
         load_job(str(path))
     assert info.value.key == key
+
+
+def test_jobs_that_run_programs_say_so() -> None:
+    """The built-in jobs whose answers are executed declare it (a run checks the sandbox for
+    them); the others do not, nor does a job without hooks."""
+    runs = {name for name, path in builtin_jobs().items() if load_job(str(path)).runs_programs}
+    assert runs == {"code-improve", "code-optimize", "gsm"}

@@ -523,7 +523,11 @@ async def test_answer_whose_prose_was_cut_off_is_whole() -> None:
 @pytest.mark.anyio
 async def test_feedback_cut_off_is_repaired_and_resume_keeps_the_penalty() -> None:
     """A cut-off feedback is asked again with a penalty, also right after a resume."""
-    script = [code("v0"), cut_off(RUNAWAY), feedback(3, done=True)]
+    script: list[str | Completion | Exception] = [
+        code("v0"),
+        cut_off(RUNAWAY),
+        feedback(3, done=True),
+    ]
     outcome, client, _ = await run(script)
     assert [s.kind for s in outcome.steps] == [Kind.ANSWER, Kind.FEEDBACK, Kind.REPAIR]
     assert client.penalties == [None, None, RETRY_FREQUENCY_PENALTY]
@@ -536,7 +540,8 @@ async def test_feedback_cut_off_is_repaired_and_resume_keeps_the_penalty() -> No
 
 @pytest.mark.anyio
 async def test_evaluator_metrics_are_kept_and_its_errors_recorded() -> None:
-    """The job's evaluator runs on each answer; an evaluator that raises is recorded."""
+    """The job's evaluator runs on each answer; one that raises is recorded on the step as a
+    hook failure naming the hook and the job, its metrics left out, and counted per record."""
 
     def evaluate(fields: Mapping[str, Any], output: str) -> Mapping[str, Any]:
         if output == "v1":
@@ -545,15 +550,17 @@ async def test_evaluator_metrics_are_kept_and_its_errors_recorded() -> None:
 
     job = dataclasses.replace(SCORED, evaluator=evaluate)
     outcome, _, _ = await run([code("v0"), feedback(4), code("v1"), feedback(10)], job=job)
-    assert [a.metrics for a in outcome.answers()] == [
-        {"chars": 2},
-        {"error": "ValueError: cannot score v1"},
-    ]
+    assert [a.metrics for a in outcome.answers()] == [{"chars": 2}, None]
+    [failure] = outcome.answers()[1].hook_errors
+    assert (
+        failure.message == f"hook evaluate of job {job.name!r} raised ValueError: cannot score v1"
+    )
+    assert outcome.output_line()["hook_errors"] == {"evaluate": 1}
     assert outcome.status == "done"
 
 
-def test_next_call_of_a_repair_carries_the_penalty_as_a_body_field() -> None:
-    """The Batch API and Ray drivers get a repair's penalty from next_call, as body fields."""
+def test_next_call_of_a_repair_carries_the_penalty() -> None:
+    """A repair's request carries the frequency penalty; a first call's carries none."""
     draft = Step("generate", 0, [{"role": "user", "content": "q"}], code("v0"), None, USAGE, 0.1,
                  1, output="v0")  # fmt: skip
     cut = Step(
@@ -561,6 +568,6 @@ def test_next_call_of_a_repair_carries_the_penalty_as_a_body_field() -> None:
     )
     repair = next_call(SCORED, RECORD, [draft, cut], Policy(3))
     assert isinstance(repair, Call) and (repair.role, repair.kind) == ("feedback", Kind.REPAIR)
-    assert repair.sampling() == {"frequency_penalty": RETRY_FREQUENCY_PENALTY}
+    assert repair.request.frequency_penalty == RETRY_FREQUENCY_PENALTY
     first = next_call(SCORED, RECORD, [draft], Policy(3))
-    assert isinstance(first, Call) and first.sampling() == {}
+    assert isinstance(first, Call) and first.request.frequency_penalty is None

@@ -180,8 +180,8 @@ def test_resume_keeps_the_local_model_a_run_started_with(tmp_path: Path) -> None
     its manifest records, not on whatever the default is now; a model named stays named."""
     from dataclasses import replace
 
-    from pipeline.backends.local import DEFAULT_MODEL
     from pipeline.runner import resume_args
+    from pipeline.serving import DEFAULT_MODEL
 
     rd = RunDir(tmp_path / "run")
     rd.path.mkdir()

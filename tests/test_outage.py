@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeline.client.outage import Outage
 from pipeline.client.retry import OutageState
+from pipeline.errors import CallError
 from tests.test_limits import FakeClock
 
 
@@ -76,5 +77,6 @@ def test_an_outage_stops_the_run_after_max_s_or_first_s() -> None:
     assert not outage.exceeded(ever_succeeded=True)
     clock.advance(50.0)
     assert outage.exceeded(ever_succeeded=True)
-    assert outage.state(ever_succeeded=True) == OutageState(open=True, exceeded=True)
+    assert outage.state(ever_succeeded=True) == OutageState(True, True, duration_s=61.0)
     assert outage.duration() == 61.0
+    assert "failing for 61 s" in str(outage.unavailable(CallError("http_503", "HTTP 503")))

@@ -26,7 +26,7 @@ PRICES = {"sim-model": {"input": 1.0, "cached_input": 0.25, "output": 4.0, "batc
 SIM_PRICES: dict[str, Any] = dict(price_input=1.0, price_cached_input=0.25, price_output=4.0)
 
 
-def long_tasks(n: int, tokens: int = 3000) -> list[dict[str, object]]:
+def long_tasks(n: int, tokens: int = 3000) -> list[dict[str, str]]:
     """``n`` code-improve records whose task is about ``tokens`` tokens long (4 chars each)."""
     rows = []
     for i in range(n):
@@ -46,7 +46,7 @@ def _chat(sim: Simulator, messages: list[dict[str, str]], **extra: Any) -> Any:
     with openai.OpenAI(base_url=sim.url, api_key="k", max_retries=0) as c:
         return c.chat.completions.create(
             model="sim-model",
-            messages=messages,
+            messages=messages,  # type: ignore[arg-type]  # plain dicts, not the SDK's TypedDicts
             max_tokens=5,
             extra_body=extra or None,
         )

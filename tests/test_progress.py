@@ -52,8 +52,8 @@ def test_pipe_gets_periodic_log_lines(caplog: pytest.LogCaptureFixture) -> None:
         progress.tick()
     assert len(caplog.records) == 1
     line = caplog.records[0].getMessage()
-    assert line.startswith("2/5 records (2 done, 0 failed")
-    assert "cost unknown" in line
+    assert line.startswith("2/5 records finished; this invocation: 2 done, 0 failed")
+    assert "run total: cost unknown" in line
 
 
 def test_disabled_progress_prints_nothing(caplog: pytest.LogCaptureFixture) -> None:

@@ -21,9 +21,10 @@ import pytest
 from pipeline import Settings, run
 from pipeline.client.chat import OpenAIClient
 from pipeline.client.limits import Limiter
+from pipeline.core.steps import Request
 from pipeline.errors import CallError, UnavailableError
 from pipeline.testing.simulator import SimConfig, Simulator
-from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.helpers import NO_BACKOFF, read_jsonl, tasks, write_jsonl
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -57,8 +58,8 @@ def settings(url: str, **kw: Any) -> Settings:
     return Settings(**base)
 
 
-def one(text: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": text}]
+def one(text: str) -> tuple[dict[str, str], ...]:
+    return ({"role": "user", "content": text},)
 
 
 # -- 1. Retry-After on every retryable status ------------------------------------------------
@@ -74,7 +75,7 @@ async def test_retry_after_on_a_5xx_is_waited_out(fault: str, unit: str) -> None
         client = make_client(sim.url, max_retries=1)
         client.outage.threshold = 1000  # one call's retries, not an outage
         with pytest.raises(CallError):
-            await client.complete(one("q"), schema=None, temperature=0, max_tokens=20)
+            await client.complete(Request(one("q"), temperature=0, max_tokens=20))
         await client.aclose()
         first, second = (r.t for r in sim.requests)
     assert second - first >= 0.8
@@ -178,7 +179,9 @@ async def test_context_length_400_fails_the_step_at_once() -> None:
     with Simulator(SimConfig(context_limit=200)) as sim:
         client = make_client(sim.url)
         with pytest.raises(CallError) as info:
-            await client.complete(one("word " * 400), schema=SCHEMA, temperature=0, max_tokens=50)
+            await client.complete(
+                Request(one("word " * 400), temperature=0, max_tokens=50, schema=SCHEMA)
+            )
         await client.aclose()
         assert len(sim.requests) == 1
     assert info.value.status == 400
@@ -289,7 +292,7 @@ async def test_timeout_bounds_the_whole_attempt(trickler: str) -> None:
     client = make_client(trickler, timeout=0.6, max_retries=0)
     started = time.monotonic()
     with pytest.raises(CallError) as info:
-        await client.complete(one("q"), schema=None, temperature=0, max_tokens=20)
+        await client.complete(Request(one("q"), temperature=0, max_tokens=20))
     elapsed = time.monotonic() - started
     await client.aclose()
     assert info.value.kind == "timeout"
@@ -300,7 +303,7 @@ async def test_timeout_bounds_the_whole_attempt(trickler: str) -> None:
 async def test_unavailable_names_the_last_failure() -> None:
     """A server down for good stops the call with UnavailableError naming what it said."""
     with Simulator(SimConfig(p_503=1.0)) as sim:
-        client = make_client(sim.url, max_retries=1, max_outage=0.5, backoff_base=0.0)
+        client = make_client(sim.url, max_retries=1, max_outage=0.5, delays=NO_BACKOFF)
         with pytest.raises(UnavailableError, match="503"):
-            await client.complete(one("q"), schema=None, temperature=0, max_tokens=20)
+            await client.complete(Request(one("q"), temperature=0, max_tokens=20))
         await client.aclose()

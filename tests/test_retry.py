@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from pipeline.client.retry import (
+from pipeline.client.delays import (
+    DELAYS,
+    NO_DELAYS,
     OUTAGE_PROBE_CAP_S,
     RETRY_AFTER_CAP_S,
+    Backoff,
+    Delays,
+    backoff_delay,
+)
+from pipeline.client.retry import (
     Decision,
     OutageState,
-    backoff_delay,
     classify_status,
     decide,
     endpoint_fault,
     error_fields,
-    probe_delay,
     quota_spent,
     retry_after,
-    set_testing,
 )
 from pipeline.errors import AuthError, CallError, FatalCallError
 
@@ -203,7 +205,7 @@ def test_quota_words_with_a_retry_after_are_a_rate_limit() -> None:
 )
 def test_probe_delay_table(probes: int, rand: float, wait: float | None, expected: float) -> None:
     """Probes go at a doubling, capped interval, or after the server's Retry-After."""
-    assert probe_delay(probes, rand, wait) == pytest.approx(expected)
+    assert DELAYS.probe_after(probes, rand, wait) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -234,24 +236,35 @@ def test_error_fields_table(body: object, expected: tuple[str | None, str | None
     assert error_fields(body) == expected
 
 
-@pytest.fixture
-def testing() -> Iterator[None]:
-    """The testing switch on for one test."""
-    set_testing(True)
-    yield
-    set_testing(False)
-
-
-@pytest.mark.usefixtures("testing")
-def test_testing_switch_zeroes_every_wait() -> None:
-    """set_testing(True) zeroes backoff, Retry-After and the outage probe spacing."""
-    assert backoff_delay(30, 1.0) == 0.0
+def test_no_delays_zero_every_wait() -> None:
+    """NO_DELAYS zeroes backoff, Retry-After and the outage probe spacing, where the
+    defaults wait."""
+    assert NO_DELAYS.retry.delay(30, 1.0) == NO_DELAYS.flex.delay(30, 1.0) == 0.0
+    assert decide(HTTP429, attempt=1, max_retries=3, outage=CLOSED, rand=1.0, wait=60.0,
+                  delays=NO_DELAYS) == Decision("retry", 0.0)  # fmt: skip
+    assert decide(HTTP500, attempt=1, max_retries=3, outage=OPEN, rand=1.0,
+                  delays=NO_DELAYS) == Decision("retry", 0.0, counted=False)  # fmt: skip
+    assert NO_DELAYS.probe_after(5, 1.0, 60.0) == 0.0
     assert decide(HTTP429, attempt=1, max_retries=3, outage=CLOSED, rand=1.0, wait=60.0) == (
-        Decision("retry", 0.0)
+        Decision("retry", 60.0)
     )
-    assert decide(HTTP500, attempt=1, max_retries=3, outage=OPEN, rand=1.0) == Decision(
-        "retry", 0.0, counted=False
-    )
-    assert probe_delay(5, 1.0, 60.0) == 0.0
-    set_testing(False)
-    assert backoff_delay(1, 1.0) == 0.5
+    assert DELAYS.probe_after(5, 1.0, 60.0) == 60.0 and DELAYS.retry.delay(1, 1.0) == 0.5
+
+
+@pytest.mark.parametrize(
+    ("delays", "attempt", "wait", "expected"),
+    [
+        (Delays(retry=Backoff(2.0, 10.0)), 1, None, 2.0),  # a schedule of its own
+        (Delays(retry=Backoff(2.0, 10.0)), 4, None, 10.0),  # ... capped
+        (Delays(retry=Backoff(0.0, 0.0)), 1, 3.0, 3.0),  # no backoff: the server's wait stays
+        (Delays(asked_cap=5.0), 1, 60.0, 5.0),  # the server's wait, capped by our own cap
+        (Delays(asked_cap=5.0), 1, -1.0, 0.5),  # a negative Retry-After counts as none
+    ],
+)
+def test_a_retrys_delay_follows_the_clients_delays(
+    delays: Delays, attempt: int, wait: float | None, expected: float
+) -> None:
+    """decide() delays a retry by the Delays given: their backoff, or the capped Retry-After."""
+    got = decide(HTTP500, attempt=attempt, max_retries=9, outage=CLOSED, rand=1.0, wait=wait,
+                 delays=delays)  # fmt: skip
+    assert got == Decision("retry", expected)

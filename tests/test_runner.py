@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from pipeline import ConfigError, RunDirError, RunLocked, RunSummary, Settings, arun, load_job, run
+from pipeline.backends.realtime import RealTimeBackend
 from pipeline.commands.status import collect
 from pipeline.core.steps import Step
 from pipeline.runs.rundir import RunDir
@@ -333,7 +334,7 @@ def test_thousand_loops_in_flight(tmp_path: Path) -> None:
         inp,
         tmp_path / "run",
         Settings(model="fake", max_iters=0, concurrency=1000),
-        client=gate,
+        backend=RealTimeBackend(gate),
         show_progress=False,
     )
     assert summary.exit_code == 0

@@ -442,7 +442,9 @@ def test_run_calls_sorts_sets_inside_lists_tuples_and_dicts() -> None:
     )
     runs = {run_calls(code, ["f()"]) for _ in range(4)}
     assert len(runs) == 1
-    (shown,) = runs.pop()
+    ran = runs.pop()
+    assert ran is not None
+    (shown,) = ran
     assert shown.startswith("[set[\"'a'\", \"'by'\", \"'cat'\"")
     assert "(frozenset[\"'a'\"" in shown and "{'k': [set[" in shown
     assert run_calls(code, ["g()"]) == ("((1,), P(x=2), [], {})",)

@@ -150,16 +150,16 @@ def refuse(shard_runs: Path, tmp_path: Path, case: str) -> tuple[Path, list[Path
         (out / "outputs.jsonl").write_bytes(b"")
     else:  # another run's shard: a different identity, N or input
         rd = RunDir(s2)
-        m = rd.require_manifest().to_json()
+        fields = rd.require_manifest().to_json()
         key, value = {
-            "other N": ("settings", {**m["settings"], "shard": [2, 4]}),
-            "other job": ("job", {**m["job"], "hash": "0" * 64}),
+            "other N": ("settings", {**fields["settings"], "shard": [2, 4]}),
+            "other job": ("job", {**fields["job"], "hash": "0" * 64}),
             "other model": ("model", "another-model"),
-            "other iters": ("settings", {**m["settings"], "max_iters": 3}),
-            "other input": ("input", {**m["input"], "fingerprint": {"size": 1}}),
-            "other limit": ("settings", {**m["settings"], "limit": 20}),
+            "other iters": ("settings", {**fields["settings"], "max_iters": 3}),
+            "other input": ("input", {**fields["input"], "fingerprint": {"size": 1}}),
+            "other limit": ("settings", {**fields["settings"], "limit": 20}),
         }[case]
-        rd.write_manifest(type(rd.require_manifest()).from_json({**m, key: value}))
+        rd.write_manifest(type(rd.require_manifest()).from_json({**fields, key: value}))
     return out, dirs
 
 

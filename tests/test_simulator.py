@@ -23,6 +23,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 
 from pipeline.testing.simulator import SimConfig, Simulator, main
+from pipeline.testing.simulator.cli import build_parser, notice
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -532,9 +533,11 @@ def test_cli_process(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [str(ROOT / "scripts" / "simulator"), "--port", "0", "--log", str(log), "--p-done", "1"]
     cmd += ["--models", "a,b", "--outage", "100:200", "--rpm", "600"]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path) as proc:
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+    ) as proc:
         try:
-            assert proc.stdout is not None
+            assert proc.stdout is not None and proc.stderr is not None
             line = proc.stdout.readline()
             assert line.startswith("listening http://127.0.0.1:") and line.endswith("/v1\n")
             with openai.OpenAI(base_url=line.split()[1], api_key="k", max_retries=0) as c:
@@ -545,10 +548,40 @@ def test_cli_process(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=5) == 0
             assert proc.stdout.read() == ""
+            # What it accepts is said on stderr, leaving stdout the one line scripts read.
+            assert proc.stderr.read().splitlines()[0] == (
+                "simulator: accepts the models a, b and any API key; its answers are "
+                "synthetic, not a model's"
+            )
         finally:
             if proc.poll() is None:
                 proc.kill()
     assert orjson.loads(log.read_bytes().splitlines()[0])["outcome"] == "ok"
+
+
+def test_cli_help_describes_every_option() -> None:
+    """--help gives every option a description and says plainly what the server accepts."""
+    parser = build_parser()
+    undescribed = [a.option_strings for a in parser._actions if not a.help]
+    assert undescribed == []
+    text = " ".join((parser.description or "").split())
+    assert "accepts any model name unless --models" in text
+    assert "any API key unless --api-key" in text
+    assert "answers are synthetic" in text
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        (SimConfig(), "accepts any model name and any API key"),
+        (SimConfig(api_key="k"), "any model name and only the API key given by --api-key"),
+        (SimConfig(models=("m",)), "accepts the models m and any API key"),
+    ],
+)
+def test_start_notice_says_what_is_accepted(config: SimConfig, said: str) -> None:
+    """The line the simulator prints when it starts names what it accepts, per its settings."""
+    assert said in notice(config)
+    assert notice(config).endswith("its answers are synthetic, not a model's")
 
 
 def test_cli_rejects_bad_config(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
@@ -18,7 +19,7 @@ from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
 # Dear enough that a few hundred small simulator calls cost dollars.
-PRICES = {
+PRICES: dict[str, dict[str, float]] = {
     "sim-model": {"input": 20.0, "output": 80.0},
     "critic-model": {"input": 10, "output": 40},
 }
@@ -129,7 +130,7 @@ async def test_budget_reserves_worst_case_and_settles_real_usage() -> None:
     assert held is not None and held.amount == pytest.approx(worst)
     assert budget.reserved == pytest.approx(worst)
     budget.settle(held, {"prompt_tokens": 90, "completion_tokens": 10})
-    assert (budget.reserved, budget.spent) == (0.0, pytest.approx(0.1))
+    assert budget.reserved == 0.0 and budget.spent == pytest.approx(0.1)
 
 
 @pytest.mark.anyio
@@ -167,7 +168,7 @@ def test_budget_stops_the_run_within_the_cap_and_a_larger_one_finishes(tmp_path:
     out = tmp_path / "run"
     prices = price_file(tmp_path)
     with Simulator(SimConfig(p_done=0.3)) as sim:
-        base = dict(
+        base: dict[str, Any] = dict(
             model="sim-model",
             base_url=sim.url,
             max_iters=2,
@@ -256,11 +257,11 @@ def test_cost_per_record_and_in_status(tmp_path: Path) -> None:
         u = o["usage"]
         expected = (
             u["prompt_tokens"] * price["input"] + u["completion_tokens"] * price["output"]
-        ) / 1e6  # type: ignore[index]
+        ) / 1e6
         assert o["cost_usd"] == pytest.approx(expected)
     assert collect(tmp_path / "priced")["cost_usd"] == pytest.approx(
         sum(o["cost_usd"] for o in outs)
-    )  # type: ignore[misc]
+    )
     assert all(o["cost_usd"] is None for o in read_jsonl(tmp_path / "unpriced" / "outputs.jsonl"))
     info = collect(tmp_path / "unpriced")
     assert info["cost_usd"] is None and "unknown" in render(info)
@@ -283,7 +284,7 @@ def test_critic_on_another_model(tmp_path: Path) -> None:
     for body in bodies:
         wants_feedback = "response_format" in body
         assert body["model"] == ("critic-model" if wants_feedback else "sim-model")
-    steps = [s for t in read_jsonl(tmp_path / "run" / "traces.jsonl") for s in t["steps"]]  # type: ignore[attr-defined]
+    steps = [s for t in read_jsonl(tmp_path / "run" / "traces.jsonl") for s in t["steps"]]
     assert {(s["role"] == "feedback", s["model"]) for s in steps} == {
         (True, "critic-model"),
         (False, "sim-model"),
@@ -297,7 +298,7 @@ def test_critic_on_another_model(tmp_path: Path) -> None:
         sorted(read_jsonl(tmp_path / "run" / "outputs.jsonl"), key=lambda x: str(x["id"])),
         strict=True,
     ):
-        steps_ = [Step.from_dict(d) for d in t["steps"]]  # type: ignore[attr-defined]
+        steps_ = [Step.from_dict(d) for d in t["steps"]]
         assert o["cost_usd"] == pytest.approx(book.steps_cost(steps_, {}))
     # the critic is part of the run's identity
     with (

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from jobs.code.program import normalized, split, split_tests
 from pipeline.core.answers import comment_commentary
 from pipeline.core.pyast import parsed, parsed_expression
-from pipeline.sandbox import TestsRun, run_tests, syntax_problem
+from pipeline.sandbox import Policy, SandboxMode, TestsRun, current_mode, run_tests, syntax_problem
 
 __all__ = [
     "SHOWN_FAILURES",
@@ -71,9 +71,13 @@ def _expectation(call: str, expected: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
+def _run_in(code: str, tests: tuple[str, ...], mode: SandboxMode) -> TestsRun:
+    return run_tests(code, tests, policy=Policy(mode))
+
+
 def _run(code: str, tests: tuple[str, ...]) -> TestsRun:
-    # metrics and findings ask for the same run.
-    return run_tests(code, tests)
+    # metrics and findings ask for the same run (in this run's sandbox mode).
+    return _run_in(code, tests, current_mode())
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,13 @@ import anyio
 import orjson
 
 from ..commands import estimate as estimate_mod
+from ..commands import jobs as jobs_mod
 from ..commands import merge as merge_mod
 from ..commands import status as status_mod
 from ..commands.export import export
-from ..core.jobs import builtin_jobs
-from ..core.loader import load_job
 from ..errors import ConfigError
-from ..runner import RunSummary, aresume, arun
+from ..runner import EXIT, RunSummary, aresume, arun
+from ..sandbox import SandboxMode
 from .parser import AUTO, settings_from_args
 
 __all__ = ["COMMANDS", "Console"]
@@ -119,7 +119,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     summary = anyio.run(
-        lambda: aresume(args.run_dir, show_progress=not args.quiet, install_signal_handlers=True)
+        lambda: aresume(
+            args.run_dir,
+            sandbox=SandboxMode(args.sandbox),
+            show_progress=not args.quiet,
+            install_signal_handlers=True,
+        )
     )
     _print_summary(summary)
     return summary.exit_code
@@ -158,7 +163,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    from ..backends.batch import acancel
+    from ..commands.cancel import acancel
 
     infos = anyio.run(lambda: acancel(args.run_dir))
     for info in infos:
@@ -173,6 +178,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     done = export(args.run_dir, args.output, with_input=args.with_input)
     Console.print(f"{done.rows} rows written to {done.path} ({done.format})")
+    partial = done.partial()
+    if partial is not None:
+        Console.print(f"refine: {partial}", file=sys.stderr)
     if done.without_input:
         Console.print(
             f"{done.without_input} rows without input columns: their record was not found "
@@ -188,19 +196,23 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return summary.exit_code
 
 
-def _cmd_jobs(_: argparse.Namespace) -> int:
-    for name, path in builtin_jobs().items():
-        job = load_job(str(path))
-        fields = ", ".join(
-            f.name + ("" if f.required else "?") + f" ({f.type})" for f in job.inputs
-        )
-        Console.print(f"{name:<20} {fields}")
-        if job.description:
-            Console.print(f"{'':<20} {job.description}")
-        extra = ", ".join(job.kind.selections)
-        if extra:
-            Console.print(f"{'':<20} selection rules beside the default: {extra}")
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    if args.job is None:
+        Console.print(jobs_mod.listing())
+    else:
+        Console.print(jobs_mod.describe(args.job))
     return 0
+
+
+def _cmd_sandbox(args: argparse.Namespace) -> int:
+    from ..commands import sandbox as sandbox_mod
+
+    found = sandbox_mod.check()
+    if args.json:
+        Console.print(orjson.dumps(found.as_json(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        Console.print(sandbox_mod.render(found))
+    return 0 if found.ok else EXIT["config"]
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -214,4 +226,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cancel": _cmd_cancel,
     "export": _cmd_export,
     "merge": _cmd_merge,
+    "sandbox": _cmd_sandbox,
 }

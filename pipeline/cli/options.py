@@ -4,17 +4,20 @@ converters that check option values."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
+from ..client.delays import RETRY_AFTER_CAP_S
 from ..client.flex import SERVICE_TIERS
-from ..client.retry import RETRY_AFTER_CAP_S
 from ..errors import ConfigError
 from ..runs.settings import Settings, parse_shard
+from ..sandbox import SandboxMode
 
 __all__ = [
     "AUTO",
     "add_pace_options",
     "add_run_options",
+    "add_sandbox_option",
     "non_negative_int",
     "positive_float",
     "positive_int",
@@ -24,31 +27,48 @@ _DEFAULTS = Settings()
 AUTO = "auto"  # --max-iters auto: the refinements `refine calibrate` recommended
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
+# argparse names a converter's function in its error unless it raises ArgumentTypeError
+# itself: each says what it wants, so `--max-iters abc` reads "--max-iters: ...".
+
+
+def _whole(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = least - 1
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= {least}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number >= 1."""
+    return _whole(text, 1)
 
 
 def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
+    """A whole number >= 0."""
+    return _whole(text, 0)
 
 
 def positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be > 0")
+    """A number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:  # (nan is not)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
     return value
 
 
 def _max_iters(text: str) -> int | str:
     if text == AUTO:
         return text
-    return non_negative_int(text)
+    try:
+        return non_negative_int(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err}, nor {AUTO}") from err
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -63,6 +83,20 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     _add_models(p)
     _add_loop_options(p)
     _add_input_options(p)
+    add_sandbox_option(p)
+
+
+def add_sandbox_option(p: argparse.ArgumentParser) -> None:
+    """--sandbox: the isolation the programs a job runs need (this invocation's only)."""
+    p.add_argument(
+        "--sandbox",
+        choices=[m.value for m in SandboxMode],
+        default=SandboxMode.STRICT.value,
+        help="isolation for the programs a job runs (gsm, code-improve, code-optimize): "
+        "strict (default) stops before any call where the kernel lacks a layer (Landlock, "
+        "seccomp, ...); weak runs them with what there is, recorded in the manifest. "
+        "Applies to this invocation only (`refine sandbox` shows what this machine has)",
+    )
 
 
 def _add_models(p: argparse.ArgumentParser) -> None:
@@ -80,9 +114,9 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         "--base-url",
         action="append",
         metavar="URL",
-        help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL or OpenAI); give it "
-        "more than once for replicas of the model (the least loaded gets each request); "
-        "the API key comes from $OPENAI_API_KEY",
+        help="OpenAI-compatible endpoint (default: the run's own, for an existing RUN_DIR; "
+        "else $OPENAI_BASE_URL, else OpenAI); give it more than once for replicas of the "
+        "model (the least loaded gets each request); the API key comes from $OPENAI_API_KEY",
     )
     p.add_argument(
         "--feedback-model",
@@ -90,7 +124,10 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         help="the critic on another model (`local` or `local:NAME` for the embedded one)",
     )
     p.add_argument(
-        "--feedback-base-url", metavar="URL", help="the critic's endpoint (default: the model's)"
+        "--feedback-base-url",
+        metavar="URL",
+        help="the critic's endpoint (default: the run's own for an existing RUN_DIR, else the "
+        "model's)",
     )
     p.add_argument(
         "--local",
@@ -104,8 +141,19 @@ def _add_models(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prices",
         metavar="FILE",
-        help="prices over the built-in table: JSON or TOML, model -> {input, output} "
-        "dollars per million tokens",
+        help="prices over (and beside) the built-in table: a JSON or TOML file mapping each "
+        "model name to {input, output, cached_input, batch}: input, output and cached_input "
+        "(prompt tokens the provider's cache served; default: the input price) in dollars "
+        "per million tokens, batch the factor on calls through the Batch API or the flex "
+        "tier (default 0.5); input and output are required",
+    )
+    p.add_argument(
+        "--context-tokens",
+        type=positive_int,
+        metavar="N",
+        help="the context window, in tokens, of the run's models: a record whose prompt "
+        "cannot fit fails without a call (default: the window of a known OpenAI model, or "
+        "of the embedded model's slot; none for other models)",
     )
     p.add_argument("--batch", action="store_true", help="every call through the Batch API")
 

@@ -9,10 +9,12 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..runs.settings import Settings
+from ..sandbox import SandboxMode
 from .options import (
     AUTO,
     add_pace_options,
     add_run_options,
+    add_sandbox_option,
     positive_float,
     positive_int,
 )
@@ -24,7 +26,10 @@ _DEFAULTS = Settings()
 EPILOG = """exit status:
   0    every input line (of the first --limit lines) became a record and every record is done
   1    finished, but some records failed or some input lines were unreadable
-  2    bad usage or configuration (unknown job or model, RUN_DIR in use or of another run)
+  2    bad usage or configuration, found before money is spent (unknown job or model,
+       RUN_DIR in use or of another run, an endpoint that cannot be reached before any
+       call succeeded, a hook that fails on every answer, a sandbox layer missing for a
+       job that runs programs, without --sandbox weak)
   3    authentication failure (the endpoint refused the API key)
   4    the run directory cannot be written (disk full, read-only); resumable
   5    the endpoint stayed unavailable (5xx, 429, timeouts) longer than --max-outage,
@@ -93,6 +98,7 @@ def _add_resume(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run_dir", type=Path)
+    add_sandbox_option(p)
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -184,7 +190,35 @@ def _add_merge(sub: Any) -> None:
         "then runs the rest",
     )
 
-    sub.add_parser("jobs", help="list built-in jobs and their input fields")
+
+def _add_jobs(sub: Any) -> None:
+    """`refine jobs`."""
+    p = sub.add_parser(
+        "jobs",
+        help="list the built-in jobs and their input fields (labels marked), or check one "
+        "job and show what it holds",
+    )
+    p.add_argument(
+        "job",
+        nargs="?",
+        help="a built-in job name or a job file: loaded (so validated: an error names the "
+        "file, key and, for TOML syntax, the line) and described",
+    )
+
+
+def _add_sandbox(sub: Any) -> None:
+    """`refine sandbox`."""
+    p = sub.add_parser(
+        "sandbox",
+        help="the isolation model-written programs get on this machine, and a self-test",
+        description="Show each layer of the sandbox (limits, privileges, no_new_privs, "
+        "Landlock, seccomp, the audit hook), available or not, and run a small program "
+        "under the kernel's layers that tries to read the home directory and the parent's "
+        "environment, connect, start a process, signal its parent and write a file. Exits "
+        "0 when every layer is in force and every attempt was denied, 2 otherwise (a run "
+        "of a job that runs programs would stop there too, unless given --sandbox weak).",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_export(sub: Any) -> None:
@@ -274,7 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate(sub)
     _add_cancel(sub)
     _add_merge(sub)
+    _add_jobs(sub)
     _add_export(sub)
+    _add_sandbox(sub)
     return parser
 
 
@@ -325,6 +361,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         workers=getattr(args, "workers", None),
         ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
         service_tier=getattr(args, "service_tier", None),
+        context_tokens=args.context_tokens,
+        sandbox=SandboxMode(args.sandbox),
     )
 
 

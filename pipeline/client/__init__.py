@@ -2,9 +2,11 @@
 
 ::
 
-    chat        OpenAIClient: the one retry layer around the openai SDK
+    chat        OpenAIClient: one chat call around the openai SDK (its retries off)
+    attempts    a call's attempts: the one retry sequence (real time and Batch API lines)
     answers     reading a chat completion (text, usage, tier) and an error's message
-    retry       the retry policy (pure functions) and backoff
+    retry       the retry policy (pure functions)
+    delays      every wait between attempts and probes: one frozen value, given to the client
     outage      the per-endpoint breaker: an endpoint down for everyone is probed
     formats     the structured-output ladder (json_schema, json_object, text)
     endpoints   several replicas of one model; requests go to the least loaded
@@ -13,6 +15,8 @@
     budget      the spending cap: reserve the worst case, then settle
     caching     the prompt cache key, dropped for an endpoint that refuses it
     flex        service tiers; the flex tier's refusals waited out as capacity
+    context     context windows: a prompt that cannot fit its model is not sent
+    reach       an endpoint that cannot be reached at all; the free pre-flight
 
 Imports only ``pipeline.core`` (the call's record types) and ``pipeline.errors``.
 """

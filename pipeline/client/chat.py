@@ -1,15 +1,19 @@
 """The model client: one OpenAI-compatible chat call, paced, paid for, retried, timed out.
 
-This is the only retry layer: the openai SDK is built with ``max_retries=0``, and after
-each failed attempt ``retry.decide`` says whether to retry, fail the record or stop the
-run. Every attempt is paced by the run's limiter, reserved against its budget first, and
-cut off at ``timeout`` seconds, the whole answer included. While an endpoint is in an
-outage its calls wait for one-at-a-time probes (``_probe``). The pieces it composes each
-live in a module of their own: ``retry`` (the policy), ``outage`` (the breaker per
-endpoint), ``formats`` (how feedback JSON is asked for), ``endpoints`` (several
-replicas), ``limits`` (pacing), ``budget`` (the spending cap), ``caching`` (the prompt
-cache key), ``flex`` (service tiers; flex refusals waited out as capacity), ``answers``
-(reading what the endpoint answered).
+The openai SDK is built with ``max_retries=0``: the one retry layer is the call's retry
+sequence (``attempts.Attempts``), which after each failed attempt says whether to step
+down the format ladder, retry, fail the record or stop the run; this client does what it
+says and waits its delays. Before asking it, the endpoint's own refusals are handled
+here: a prompt cache key it does not take, the flex tier's lack of capacity, a URL that
+never answered. Every attempt is paced by the run's limiter, reserved against its budget
+first, and cut off at ``timeout`` seconds, the whole answer included. While an endpoint
+is in an outage its calls wait for one-at-a-time probes (``_probe``). The pieces it
+composes each live in a module of their own: ``attempts`` (the retry sequence), ``retry``
+(its policy), ``delays`` (every wait), ``outage`` (the breaker per endpoint), ``formats``
+(how feedback JSON is asked for), ``endpoints`` (several replicas), ``limits`` (pacing),
+``budget`` (the spending cap), ``caching`` (the prompt cache key), ``flex`` (service
+tiers; flex refusals waited out as capacity), ``answers`` (reading what the endpoint
+answered).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import anyio
@@ -25,11 +30,14 @@ import httpx2
 import openai
 import orjson
 
-from ..core.steps import Completion, Try
+from ..core.steps import Completion, Request, Try
 from ..errors import AuthError, CallError, FatalCallError, UnavailableError
 from .answers import error_message, http_client, read_answer, redact
+from .attempts import Attempts, FailRecord, Retry, StopRun
 from .budget import Reservation, Spending
 from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
+from .context import overflow
+from .delays import DELAYS, Delays
 from .endpoints import Endpoint, Endpoints
 from .flex import FLEX, Capacity, flex_refused, tier_options
 from .formats import FormatLadder
@@ -43,15 +51,12 @@ from .outage import (
     Outage,
 )
 from .prices import at_batch_rate
+from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable, unreachable_error
 from .retry import (
-    BACKOFF_BASE_S,
-    Decision,
     OutageState,
     classify_status,
-    decide,
     endpoint_fault,
     error_fields,
-    probe_delay,
     quota_spent,
     retry_after,
 )
@@ -69,11 +74,13 @@ class _Failed(Exception):
         wait: float | None = None,
         code: str | None = None,
         param: str | None = None,
+        unreachable: str | None = None,
     ) -> None:
         self.failure = failure
         self.wait = wait
         self.code = code
         self.param = param
+        self.unreachable = unreachable  # why the endpoint cannot be reached at all, if so
         super().__init__(str(failure))
 
 
@@ -93,13 +100,14 @@ class OpenAIClient:
         structured: str = "json_schema",
         grammar: bool = False,
         max_in_flight: int | None = None,
-        backoff_base: float = BACKOFF_BASE_S,
+        delays: Delays = DELAYS,
         max_outage: float = MAX_OUTAGE_S,
         budget: Spending | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         request_model: str | None = None,
         service_tier: str | None = None,
+        context_tokens: int | None = None,
     ) -> None:
         self._model = model  # the name traces, prices and the budget know it by
         self._request_model = request_model or model  # the name the server knows it by
@@ -107,10 +115,11 @@ class OpenAIClient:
         self.max_retries = max_retries
         self.limiter = limiter
         self.formats = FormatLadder(structured, grammar=grammar)
-        self.backoff_base = backoff_base
+        self.delays = delays  # every wait between attempts and probes (tests: NO_DELAYS)
         self.budget = budget
         self.service_tier = service_tier  # sent as ``service_tier`` on every call when set
-        self.capacity = Capacity(max_outage, clock)  # the flex tier's refusals
+        self.context_tokens = context_tokens  # the model's window: a longer prompt is not sent
+        self.capacity = Capacity(max_outage, clock, delays.flex)  # the flex tier's refusals
         self.calls = 0
         self.retries = 0
         self.succeeded = 0
@@ -132,7 +141,7 @@ class OpenAIClient:
                     openai.AsyncOpenAI(
                         api_key=api_key or "no-key",
                         base_url=url,
-                        max_retries=0,  # this class is the one retry layer
+                        max_retries=0,  # the one retry layer is attempts.Attempts
                         timeout=timeout,
                         http_client=http_client(limits),
                     ),
@@ -163,135 +172,126 @@ class OpenAIClient:
         for endpoint in self.endpoints.all:
             await endpoint.conn.close()
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,  # the record's id, sent as ``prompt_cache_key``
-    ) -> Completion:
+    async def preflight(self) -> None:
+        """Raise UnreachableError for an endpoint that cannot be reached (``reach.preflight``)."""
+        wait = min(self.timeout or PREFLIGHT_S, PREFLIGHT_S)
+        await preflight((e.conn for e in self.endpoints.all), wait)
+
+    async def complete(self, request: Request) -> Completion:
         """One chat completion, retried as the policy allows.
 
-        Raises CallError when the call fails for good, a FatalCallError subclass when the
-        run must stop, and BudgetReached when the next attempt cannot be paid for.
+        Raises CallError when the call fails for good (a prompt that cannot fit the context
+        window fails unsent), a FatalCallError subclass when the run must stop, and
+        BudgetReached when the next attempt cannot be paid for. The request's cache key
+        goes as ``prompt_cache_key`` (where the endpoint takes it).
         """
-        extra: dict[str, Any] = tier_options(self.service_tier)
-        if frequency_penalty is not None:
-            extra["frequency_penalty"] = frequency_penalty
+        if self.context_tokens is not None:
+            too_long = overflow(request.messages, self.context_tokens, self._model)
+            if too_long is not None:
+                raise too_long
         if self._slots is None:
-            return await self._complete(messages, schema, temperature, max_tokens, extra, cache_key)
+            return await self._complete(request)
         async with self._slots:
-            return await self._complete(messages, schema, temperature, max_tokens, extra, cache_key)
+            return await self._complete(request)
 
-    async def _complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        sampling: Mapping[str, Any] | None = None,
-        cache_key: str | None = None,
-    ) -> Completion:
-        counted = 0  # failed attempts that used up one of the call's retries
+    def _sampling(self, request: Request) -> dict[str, Any]:
+        """The request-body fields every attempt of ``request`` sends, the format's aside."""
+        body: dict[str, Any] = {
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+            **tier_options(self.service_tier),
+        }
+        if request.frequency_penalty is not None:
+            body["frequency_penalty"] = request.frequency_penalty
+        return body
+
+    async def _complete(self, request: Request) -> Completion:
+        schema, cache_key = request.schema, request.cache_key
+        sampling = self._sampling(request)
+        attempts = Attempts(self._model, self.max_retries, self.delays)
+        ladder = self.formats if schema is not None else None
         refused = 0  # flex refusals waited out (they use up no retry)
-        floor = 0  # this call's own structured level, after a bare 400 hinted at the format
-        tries: list[Try] = []
         started = self._clock()
         while True:
             endpoint = self.endpoints.pick()
             if endpoint.outage.open and not await self._probe(endpoint):
                 continue  # still down: wait for the next probe (or another endpoint)
-            level = max(self.formats.level, floor)
-            sent, extra = self.formats.request(messages, schema, level)
-            body = {
-                "temperature": temperature,
-                "max_tokens": max_tokens,
-                **(sampling or {}),
-                **cache_options(cache_key, endpoint.takes_cache_key),
-                **extra,
-            }
+            level = attempts.level(self.formats)
+            sent, extra = self.formats.request(request.messages, schema, level)
+            body = {**sampling, **cache_options(cache_key, endpoint.takes_cache_key), **extra}
             endpoint.in_flight += 1
             sent_at = self._clock()
             try:
-                answer = await self._attempt(endpoint, sent, body, max_tokens)
+                answer = await self._attempt(endpoint, sent, body, request.max_tokens)
             except _Failed as failed:
                 error = failed
             else:
                 endpoint.outage.close(sent_at)
                 self.capacity.succeeded()
                 self.formats.succeeded(level)
-                tries.append(Try(200, round(self._clock() - sent_at, 4)))
-                return self._completion(answer, sent, started, tries)
+                tries = attempts.succeeded(round(self._clock() - sent_at, 4))
+                return self._completion(answer, sent, started, len(attempts.tries), tries)
             finally:
                 endpoint.in_flight -= 1
             failure = error.failure
-            tries.append(Try(failure.status or failure.kind, round(self._clock() - sent_at, 4)))
+            attempts.failed(failure, round(self._clock() - sent_at, 4))
+            # The endpoint's own refusals first: they are about it, not about the call.
             sent_key = CACHE_KEY_PARAM in body  # (a refusal once the key is dropped fails)
             if sent_key and cache_key_refused(failure.status, str(failure), error.param):
                 endpoint.takes_cache_key = False  # unknown to this server: go again without
                 continue
             if self.service_tier == FLEX and flex_refused(failure.status, error.code):
                 refused += 1
-                await self._wait_capacity(failure, refused, tries, sent)
+                await self._wait_capacity(failure, refused, attempts, sent)
                 continue
-            if schema is not None and failure.status is not None:
-                next_level = self.formats.refused(
-                    failure.status, str(failure), level, code=error.code, param=error.param
-                )
-                if next_level is not None:  # a format probe is not a failed attempt
-                    floor = next_level
-                    continue
-            decision = self._decide(endpoint, error, sent_at, counted + 1)
-            failure.attempts, failure.tries = len(tries), tuple(tries)
-            failure.messages, failure.model = sent, self._model
-            if decision.action == "stop" and not isinstance(failure, FatalCallError):
-                stop = endpoint.outage.unavailable(failure)
-                stop.attempts, stop.tries, stop.messages = len(tries), tuple(tries), sent
-                stop.model = self._model
-                raise stop from failure
-            if decision.action != "retry":
-                raise failure
-            self.retries += 1
-            if decision.counted:
-                counted += 1
-                await anyio.sleep(decision.delay)
-            # Not counted: the endpoint is in an outage, and the call waits for its probes
-            # (or goes to another endpoint) when it comes round again.
+            if error.unreachable is not None and self.succeeded == 0:  # a wrong URL: stop
+                stop = unreachable_error(base_url(endpoint.conn), error.unreachable)
+                raise attempts.final(stop, sent) from failure
+            verdict = attempts.after(
+                failure,
+                sent,
+                level,
+                ladder=ladder,
+                code=error.code,
+                param=error.param,
+                wait=error.wait,
+                outage=partial(self._breaker, endpoint, sent_at, error.wait),
+                jitter=self._rng.random,
+            )
+            if isinstance(verdict, FailRecord | StopRun):
+                raise verdict.error from verdict.cause
+            if isinstance(verdict, Retry):
+                self.retries += 1
+                if verdict.counted:
+                    await anyio.sleep(verdict.delay)
+                # Not counted: the endpoint is in an outage, and the call waits for its
+                # probes (or goes to another endpoint) when it comes round again.
+            # A StepDown goes again at once, at its lower level.
 
     async def _wait_capacity(
-        self, failure: CallError, refused: int, tries: list[Try], sent: list[dict[str, str]]
+        self, failure: CallError, refused: int, attempts: Attempts, sent: list[dict[str, str]]
     ) -> None:
         """Wait out a flex refusal; UnavailableError once flex has had no capacity too long."""
         delay = self.capacity.refusal(refused, self._rng.random())
         if self.capacity.exceeded():
-            stop = self.capacity.unavailable(failure)
-            stop.attempts, stop.tries, stop.messages = len(tries), tuple(tries), sent
-            stop.model = self._model
-            raise stop from failure
+            raise attempts.final(self.capacity.unavailable(failure), sent) from failure
         await anyio.sleep(delay)
 
-    def _decide(
-        self, endpoint: Endpoint[openai.AsyncOpenAI], error: _Failed, sent_at: float, attempt: int
-    ) -> Decision:
-        """Count an endpoint fault on the breaker, then ask the policy what follows."""
-        failure, outage = error.failure, endpoint.outage
+    def _breaker(
+        self,
+        endpoint: Endpoint[openai.AsyncOpenAI],
+        sent_at: float,
+        wait: float | None,
+        failure: CallError,
+    ) -> OutageState:
+        """Count an endpoint fault on the endpoint's breaker; the state the policy sees."""
+        outage = endpoint.outage
         if endpoint_fault(failure):
-            outage.failed(sent_at, probe_delay(outage.probes, self._rng.random(), error.wait))
+            outage.failed(sent_at, self.delays.probe_after(outage.probes, self._rng.random(), wait))
         state = outage.state(self.succeeded > 0)
         if state.exceeded and self.endpoints.healthy():  # the others carry the run
-            state = OutageState(open=True)
-        return decide(
-            failure,
-            attempt=attempt,
-            max_retries=self.max_retries,
-            outage=state,
-            rand=self._rng.random(),
-            wait=error.wait,
-            base=self.backoff_base,
-        )
+            return OutageState(open=True)
+        return state
 
     async def _probe(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> bool:
         """Wait for this call's turn to probe an endpoint in an outage, then probe it.
@@ -313,7 +313,8 @@ class OpenAIClient:
             failed = await self._ping(endpoint)
             if failed is None and outage.close(sent_at):
                 return True
-            delay = probe_delay(outage.probes, self._rng.random(), failed.wait if failed else None)
+            wait = failed.wait if failed else None
+            delay = self.delays.probe_after(outage.probes, self._rng.random(), wait)
             outage.probe_failed(sent_at, delay)
             if outage.exceeded(self.succeeded > 0) and not self.endpoints.healthy():
                 last = failed.failure if failed else CallError("unavailable", "probe overtaken")
@@ -340,7 +341,12 @@ class OpenAIClient:
         return None
 
     def _completion(
-        self, answer: dict[str, Any], sent: list[dict[str, str]], started: float, tries: list[Try]
+        self,
+        answer: dict[str, Any],
+        sent: list[dict[str, str]],
+        started: float,
+        attempts: int,
+        tries: tuple[Try, ...],
     ) -> Completion:
         usage = answer["usage"]
         return Completion(
@@ -349,11 +355,11 @@ class OpenAIClient:
             completion_tokens=usage["completion_tokens"],
             cached_tokens=usage["cached_tokens"],
             latency_s=round(self._clock() - started, 4),
-            attempts=len(tries),
+            attempts=attempts,
             finish_reason=answer["finish_reason"],
             messages=sent,
             model=self._model,
-            tries=tuple(tries) if len(tries) > 1 else (),
+            tries=tries,
             service_tier=answer["service_tier"],
         )
 
@@ -414,12 +420,20 @@ class OpenAIClient:
                 return raw
         except openai.APIStatusError as err:
             raise self._status_failure(err) from err
-        except (TimeoutError, openai.APITimeoutError) as err:
+        except openai.APIConnectionError as err:  # timeouts too: a refused connect may be one
+            why = unreachable(err)
+            if why is not None:
+                failure = CallError("connection", f"cannot reach {base_url(endpoint.conn)}: {why}")
+                raise _Failed(failure, unreachable=why) from err
+            broke = os_error(err)
+            if broke is None and isinstance(err, openai.APITimeoutError):
+                failure = CallError("timeout", f"no answer within {self.timeout:g} s")
+                raise _Failed(failure) from err
+            message = redact(f"connection failed: {broke or err.__cause__ or err}", self._secret)
+            raise _Failed(CallError("connection", message)) from err
+        except TimeoutError as err:
             failure = CallError("timeout", f"no answer within {self.timeout:g} s")
             raise _Failed(failure) from err
-        except openai.APIConnectionError as err:
-            message = redact(f"connection failed: {err.__cause__ or err}", self._secret)
-            raise _Failed(CallError("connection", message)) from err
         except httpx2.HTTPError as err:  # a body cut short while reading it
             message = f"response broken off: {type(err).__name__}"
             raise _Failed(CallError("connection", message)) from err

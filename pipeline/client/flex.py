@@ -4,7 +4,8 @@
 synchronous calls at the Batch API rate) the provider may answer 429
 ``resource_unavailable`` when it has no capacity: that is neither a rate limit (the pacer
 must not slow every record for it) nor the request's fault (it uses up no retry and fails
-no record) nor an endpoint outage. The call waits with backoff and goes again. Only when
+no record) nor an endpoint outage. The call waits with backoff (``Delays.flex``) and goes
+again. Only when
 no flex call at all has succeeded for ``max_s`` seconds since the first refusal does the
 run stop, resumable, with exit status 5.
 """
@@ -16,12 +17,10 @@ from collections.abc import Callable
 from typing import Final
 
 from ..errors import CallError, UnavailableError
-from .retry import backoff_delay
+from .delays import Backoff
 
 __all__ = [
     "FLEX",
-    "FLEX_BACKOFF_BASE_S",
-    "FLEX_BACKOFF_CAP_S",
     "FLEX_TIMEOUT_S",
     "SERVICE_TIERS",
     "Capacity",
@@ -33,10 +32,6 @@ SERVICE_TIERS: Final = ("flex", "default", "priority", "auto")
 FLEX: Final = "flex"
 # OpenAI's advice for flex: a long timeout (its SDK's default is 600 s).
 FLEX_TIMEOUT_S: Final = 900.0
-# A refused flex call waits 1 s, then twice as long each time, at most a minute (half of it
-# jittered, so the calls refused together do not come back together).
-FLEX_BACKOFF_BASE_S: Final = 1.0
-FLEX_BACKOFF_CAP_S: Final = 60.0
 _UNAVAILABLE: Final = "resource_unavailable"
 
 
@@ -53,11 +48,12 @@ def flex_refused(status: int | None, code: str | None) -> bool:
 class Capacity:
     """The flex tier's refusals: how long each refused call waits, and when to give up."""
 
-    __slots__ = ("_clock", "max_s", "refused", "since")
+    __slots__ = ("_clock", "backoff", "max_s", "refused", "since")
 
-    def __init__(self, max_s: float, clock: Callable[[], float]) -> None:
+    def __init__(self, max_s: float, clock: Callable[[], float], backoff: Backoff) -> None:
         self.max_s = max_s
         self._clock = clock
+        self.backoff = backoff
         self.since: float | None = None  # the first refusal since the last success
         self.refused = 0  # refusals in all (a figure for progress and tests)
 
@@ -70,7 +66,7 @@ class Capacity:
         self.refused += 1
         if self.since is None:
             self.since = self._clock()
-        return backoff_delay(waits, rand, base=FLEX_BACKOFF_BASE_S, cap=FLEX_BACKOFF_CAP_S)
+        return self.backoff.delay(waits, rand)
 
     def exceeded(self) -> bool:
         """Whether no flex call has succeeded for longer than the run waits."""

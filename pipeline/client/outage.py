@@ -3,7 +3,7 @@
 After ``threshold`` endpoint faults (5xx, 429, timeouts, broken connections) with no
 success between them the circuit opens. While it is open no call is sent: one probe at a
 time is (the holder of ``lock``), each ``next_probe`` after the previous one's answer,
-spaced by a growing interval (``retry.probe_delay``); the calls waiting behind it use up
+spaced by a growing interval (``Delays.probe_after``); the calls waiting behind it use up
 none of their retries, and go again only once a probe succeeds and closes the circuit.
 The client's probe is a tiny request of its own, not a record's: a request that reliably
 crashes the server (a poison record) must not be what keeps the circuit open while the
@@ -33,6 +33,7 @@ __all__ = [
     "PROBE_MAX_TOKENS",
     "PROBE_MESSAGES",
     "Outage",
+    "unavailable_error",
 ]
 
 # Consecutive endpoint faults with no success between them that make an outage; how
@@ -132,13 +133,18 @@ class Outage:
         """The breaker as the retry policy sees it."""
         if not self.open:
             return OutageState()
-        return OutageState(open=True, exceeded=self.exceeded(ever_succeeded))
+        return OutageState(True, self.exceeded(ever_succeeded), self.duration())
 
     def unavailable(self, last: CallError) -> UnavailableError:
         """The error that stops the run: the outage outlasted what we wait for."""
-        return UnavailableError(
-            "unavailable",
-            f"the endpoint has been failing for {self.duration():.0f} s (last: {last}); "
-            "stopped, resumable",
-            status=last.status,
-        )
+        return unavailable_error(self.duration(), last)
+
+
+def unavailable_error(duration_s: float, last: CallError) -> UnavailableError:
+    """The error that stops the run after an outage of ``duration_s`` seconds, ``last`` its
+    latest failure."""
+    return UnavailableError(
+        "unavailable",
+        f"the endpoint has been failing for {duration_s:.0f} s (last: {last}); stopped, resumable",
+        status=last.status,
+    )

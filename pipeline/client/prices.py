@@ -26,6 +26,7 @@ import orjson
 from ..core.steps import Step
 from ..errors import ConfigError
 from .flex import FLEX
+from .models import ModelId
 
 __all__ = [
     "BATCH_DISCOUNT",
@@ -35,6 +36,7 @@ __all__ = [
     "PriceBook",
     "at_batch_rate",
     "load_prices",
+    "model_family",
     "price_book",
 ]
 
@@ -88,8 +90,13 @@ BUILTIN: Mapping[str, Price] = {
     "gpt-3.5-turbo": Price(0.50, 1.50),
 }
 
-_SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")  # gpt-4o-mini-2024-07-18 -> gpt-4o-mini
+_SNAPSHOT = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 LOCAL = Price(0.0, 0.0, 0.0, 1.0)
+
+
+def model_family(model: str) -> str:
+    """A dated snapshot's family (``gpt-4o-mini-2024-07-18`` -> ``gpt-4o-mini``)."""
+    return _SNAPSHOT.sub("", model)
 
 
 class PriceBook:
@@ -104,11 +111,11 @@ class PriceBook:
         """The price of ``model`` (dated snapshots fall back to their family), or None."""
         if model is None:
             return None
-        if model.startswith("local:"):
+        if ModelId.parse(model).is_local:
             return LOCAL
         found = self._prices.get(model)
         if found is None:
-            found = self._prices.get(_SNAPSHOT.sub("", model))
+            found = self._prices.get(model_family(model))
         return found
 
     def known(self, model: str) -> bool:
@@ -161,7 +168,7 @@ def load_prices(path: str | Path) -> dict[str, Price]:
     for model, entry in data.items():
         where = f"--prices {path}: {model}"
         if not isinstance(entry, dict):
-            raise ConfigError(f"{where}: expected {{input, output}}")
+            raise ConfigError(f"{where}: expected {{input, output[, cached_input, batch]}}")
         unknown = set(entry) - {"input", "output", "cached_input", "batch"}
         if unknown:
             raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r}")

@@ -1,18 +1,17 @@
 """The retry policy: what to do after a failed attempt, as pure functions.
 
 The client is the one retry layer (the openai SDK is built with ``max_retries=0``): after
-each failed attempt it asks ``decide`` whether to retry after a delay, fail the record, or
-stop the run, and does what it is told. Backoff is exponential with jitter, clamped so a
-huge attempt number cannot overflow; a server's Retry-After (``retry-after`` or
-``retry-after-ms``, on any retryable status) is waited when longer, up to
-``RETRY_AFTER_CAP_S`` at a time. ``set_testing(True)`` makes every wait zero (backoff,
-Retry-After and the outage probe spacing) so tests of the policy need no real sleeps.
+each failed attempt its retry sequence (``attempts``) asks ``decide`` whether to retry
+after a delay, fail the record, or stop the run. The delays are the client's ``Delays``
+(``delays``): exponential backoff with jitter, or a server's Retry-After (``retry-after``
+or ``retry-after-ms``, on any retryable status) when longer, up to a cap at a time; tests
+pass ``NO_DELAYS`` rather than sleep.
 
 Record faults and endpoint faults: a failure that says the endpoint is in trouble (5xx,
 429, 408, timeouts, broken connections; ``endpoint_fault``) also counts toward the
 endpoint's outage breaker (``outage``), which opens only when no request has succeeded
 since. While it is open such failures use up no call's retries: the calls wait behind
-one-at-a-time probes, spaced by ``probe_delay``. While it is closed (other requests
+one-at-a-time probes, spaced by ``Delays.probe_after``. While it is closed (other requests
 succeed) a call whose own attempts keep failing uses up its retries and fails its record.
 A 429 saying the quota or billing limit is spent (``quota_spent``) stops the run at once.
 """
@@ -27,38 +26,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import CallError, FatalCallError
+from .delays import DELAYS, Delays
 
 __all__ = [
-    "BACKOFF_BASE_S",
-    "BACKOFF_CAP_S",
-    "OUTAGE_PROBE_CAP_S",
-    "PROBE_BASE_S",
-    "RETRY_AFTER_CAP_S",
     "Decision",
     "OutageState",
-    "asked_wait",
-    "backoff_delay",
     "classify_status",
     "decide",
     "endpoint_fault",
     "error_fields",
-    "probe_delay",
     "quota_spent",
     "retry_after",
     "retryable",
-    "set_testing",
 ]
 
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 30.0
-# A server's Retry-After longer than this is not waited out in one sleep: the call waits
-# this long, then asks again (and the outage breaker takes over if the server stays down).
-RETRY_AFTER_CAP_S = 120.0
-# Spacing of the one-at-a-time probes sent while an endpoint is in an outage: the first
-# this long after the circuit opens, each next one twice as long after the previous one's
-# answer (half of it jittered), at most OUTAGE_PROBE_CAP_S (or the server's Retry-After).
-PROBE_BASE_S = 0.5
-OUTAGE_PROBE_CAP_S = 5.0
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 # Failures that are not the request's fault and may go away on their own.
 _RETRYABLE_KINDS = frozenset({"timeout", "connection", "bad_response", "empty"})
@@ -68,28 +49,6 @@ _ENDPOINT_STATUS = frozenset({408, 429})
 # A 429 that no wait clears: OpenAI's ``insufficient_quota`` and its billing limits.
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
 _QUOTA_WORDS = re.compile(r"exceeded your current quota|insufficient[ _]quota|billing", re.I)
-
-_testing = False
-
-
-def set_testing(on: bool) -> None:
-    """Zero every wait of the retry policy (for tests); off again with ``False``."""
-    global _testing
-    _testing = on
-
-
-def backoff_delay(
-    attempt: int, rand: float, *, base: float = BACKOFF_BASE_S, cap: float = BACKOFF_CAP_S
-) -> float:
-    """Exponential backoff with jitter for retry ``attempt`` (1-based): half fixed, half random.
-
-    Clamped before exponentiation so huge attempt numbers cannot overflow.
-    """
-    if _testing:
-        return 0.0
-    exp = min(max(attempt - 1, 0), 32)
-    ceiling = min(cap, base * (2.0**exp))
-    return ceiling * (0.5 + 0.5 * min(max(rand, 0.0), 1.0))
 
 
 def retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
@@ -160,23 +119,6 @@ def error_fields(body: object) -> tuple[str | None, str | None]:
     return code, param if isinstance(param, str) else None
 
 
-def asked_wait(wait: float | None) -> float:
-    """The part of a server's Retry-After we wait in one go: capped, zero when testing."""
-    if wait is None or _testing:
-        return 0.0
-    return min(max(wait, 0.0), RETRY_AFTER_CAP_S)
-
-
-def probe_delay(probes: int, rand: float, wait: float | None = None) -> float:
-    """How long after a failed probe's answer (``probes`` failed so far) the next one goes.
-
-    Doubling from PROBE_BASE_S up to OUTAGE_PROBE_CAP_S, half of it jittered, or the
-    server's Retry-After when longer.
-    """
-    spacing = backoff_delay(probes + 1, rand, base=PROBE_BASE_S, cap=OUTAGE_PROBE_CAP_S)
-    return max(spacing, asked_wait(wait))
-
-
 def retryable(failure: CallError) -> bool:
     """Whether another attempt may succeed where this one failed."""
     if isinstance(failure, FatalCallError):
@@ -192,6 +134,7 @@ class OutageState:
 
     open: bool = False  # the endpoint keeps failing: requests wait for one-at-a-time probes
     exceeded: bool = False  # ... and has done so for longer than the run waits
+    duration_s: float = 0.0  # how long it has been failing (named by the error that stops)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,15 +154,15 @@ def decide(
     outage: OutageState,
     rand: float,
     wait: float | None = None,
-    base: float = BACKOFF_BASE_S,
+    delays: Delays = DELAYS,
 ) -> Decision:
     """The policy: retry after a delay, fail the record, or stop the run.
 
     ``attempt`` counts the call's failed attempts so far, this one included. While the
     endpoint is in an outage its faults use up no call's retries: the call waits its turn
     behind the outage's probes (no delay of its own) until the outage has lasted too long.
-    Otherwise the delay is our backoff, or the server's Retry-After when longer, whatever
-    the status: a flapping server is not hammered, and one that names its wait gets it.
+    Otherwise the delay is ``delays.after_failure``: our backoff, or the server's
+    Retry-After (``wait``) when longer, whatever the status.
     """
     if isinstance(failure, FatalCallError):
         return Decision("stop")
@@ -231,4 +174,4 @@ def decide(
         return Decision("retry", 0.0, counted=False)
     if attempt > max_retries:
         return Decision("fail")
-    return Decision("retry", max(backoff_delay(attempt, rand, base=base), asked_wait(wait)))
+    return Decision("retry", delays.after_failure(attempt, rand, wait))

@@ -29,9 +29,9 @@ from pathlib import Path
 import anyio
 import orjson
 
-from ..backends.local.registry import DEFAULT_MODEL as DEFAULT_LOCAL
 from ..client.formats import FormatLadder
 from ..client.limits import estimate_tokens
+from ..client.models import ModelId
 from ..client.prices import Price, PriceBook, at_batch_rate, price_book
 from ..core.jobs import Job
 from ..core.loader import load_job
@@ -40,7 +40,9 @@ from ..core.records import Record
 from ..core.steps import Kind, Role, Step
 from ..errors import ConfigError
 from ..io.records import count_records, read_records
-from ..runs.settings import LOCAL_PREFIX, Settings, effective_job
+from ..runs.settings import Settings, effective_job
+from ..serving.registry import DEFAULT_MODEL as DEFAULT_LOCAL
+from .fit import Unfit, find_unfit
 
 __all__ = [
     "SCENARIOS",
@@ -100,6 +102,7 @@ class Estimate:
     records: int
     scenarios: Mapping[str, Figures]
     basis: str
+    unfit: Unfit | None = None  # records whose prompt cannot fit the model's context
 
 
 @dataclass(slots=True)
@@ -251,7 +254,7 @@ def from_prompts(
     if not sampled:
         raise ConfigError(f"{input_path}: no readable record to estimate from")
     # a local critic's server enforces the schema by a grammar: it is spelled out in the prompt
-    local = model_for["feedback"].startswith(LOCAL_PREFIX + ":")
+    local = ModelId.parse(model_for["feedback"]).is_local
     ladder = FormatLadder(settings.structured, grammar=local)
     # The Batch API and the flex tier bill the batch rate.
     batch = settings.batch or at_batch_rate(None, settings.service_tier)
@@ -285,10 +288,13 @@ def from_prompts(
     return Estimate(lines, figures, basis)
 
 
-def from_sample(
-    per_record: Sequence[tuple[int, int, int, float | None]], total_records: int
-) -> Estimate:
-    """Extrapolate (calls, prompt, completion, dollars) of sampled records to the whole input.
+Sampled = tuple[int, int, int, float | None, int, float | None]
+"""One sampled record: calls, prompt, completion and cached tokens, dollars, and dollars
+were nothing served from the cache (None: a price is unknown)."""
+
+
+def from_sample(per_record: Sequence[Sampled], total_records: int) -> Estimate:
+    """Extrapolate the figures of sampled records to the whole input.
 
     Expected is the sample mean times the records; low and high bound a 90% interval of
     that total (the mean's standard error, times the records).
@@ -315,11 +321,19 @@ def from_sample(
             round(v[1] or 0),
             round(v[2] or 0),
             None if v[3] is None else round(v[3], 4),
+            # the cache's share of each scenario's prompt tokens is the sample's
+            round((v[1] or 0) * _share(columns[4], columns[1])),
+            None if v[5] is None else round(v[5], 4),
         )
         for name, v in figures.items()
     }
     basis = f"{n} records run for real, extrapolated to {total_records} (90% interval)"
     return Estimate(total_records, out, basis)
+
+
+def _share(part: Sequence[float | None], whole: Sequence[float | None]) -> float:
+    total = sum(w or 0 for w in whole)
+    return sum(p or 0 for p in part) / total if total else 0.0
 
 
 def render(est: Estimate) -> str:
@@ -343,6 +357,8 @@ def render(est: Estimate) -> str:
     )
     if any(f.cost_usd is None for f in est.scenarios.values()):
         rows.append("a model of this run has no price: give it with --prices FILE")
+    if est.unfit is not None:
+        rows.append(est.unfit.describe(est.records))
     return "\n".join(rows)
 
 
@@ -372,7 +388,8 @@ async def sample_run(
     summary = await arun(job, input_path, out, replace(settings, limit=limit), **run_kwargs)  # type: ignore[arg-type]
     if summary.exit_code not in (0, 1):
         raise ConfigError(f"the sample run stopped: {summary.message}")
-    per_record: list[tuple[int, int, int, float | None]] = []
+    uncached = _uncached_costs(out / "traces.jsonl", prices_of(settings), _model_ids(settings))
+    per_record: list[Sampled] = []
     with (out / "outputs.jsonl").open("rb") as fh:
         for raw in fh:
             line = orjson.loads(raw)
@@ -383,19 +400,42 @@ async def sample_run(
                     usage["prompt_tokens"],
                     usage["completion_tokens"],
                     line.get("cost_usd"),
+                    usage.get("cached_tokens", 0),
+                    uncached.get(str(line["id"])),
                 )
             )
     return from_sample(per_record, total)
+
+
+def prices_of(settings: Settings) -> PriceBook:
+    """The run's prices: the built-in table under its --prices file."""
+    return price_book(settings.prices)
+
+
+def _uncached_costs(
+    traces: Path, prices: PriceBook, model_for: Mapping[str, str]
+) -> dict[str, float | None]:
+    """Each traced record's dollars were none of its prompt tokens served from a cache."""
+    costs: dict[str, float | None] = {}
+    with traces.open("rb") as fh:
+        for raw in fh:
+            line = orjson.loads(raw)
+            steps = [Step.from_dict(d) for d in line["steps"]]
+            plain = [replace(s, usage={**s.usage, "cached_tokens": 0}) for s in steps]
+            costs[str(line["id"])] = prices.steps_cost(
+                [s for s in plain if not s.failed], model_for
+            )
+    return costs
 
 
 def _model_ids(settings: Settings) -> dict[str, str]:
     """The model recorded for each role (as the run would name them)."""
     generator = settings.model
     if settings.local:
-        generator = f"local:{settings.local_model or DEFAULT_LOCAL}"
+        generator = str(ModelId.local(settings.local_model or DEFAULT_LOCAL))
     critic = settings.feedback_model or generator
     if settings.critic_is_local:
-        critic = f"local:{settings.critic_local_model or DEFAULT_LOCAL}"
+        critic = str(ModelId.local(settings.critic_local_model or DEFAULT_LOCAL))
     return {"generate": generator, "refine": generator, "feedback": critic}
 
 
@@ -413,7 +453,9 @@ def run_estimate(
     if not input_path.is_file():
         raise ConfigError(f"input file not found: {input_path}")
     prices = price_book(settings.prices)
-    estimates = [from_prompts(job, input_path, settings, prices, _model_ids(settings))]
+    model_for = _model_ids(settings)
+    first = from_prompts(job, input_path, settings, prices, model_for)
+    estimates = [replace(first, unfit=find_unfit(job, input_path, settings, model_for))]
     if sample is not None:
         with contextlib.ExitStack() as stack:
             where = out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="refine-")))

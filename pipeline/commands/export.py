@@ -60,6 +60,23 @@ class ExportSummary:
     format: ExportFormat
     rows: int  # one per finished record
     without_input: int  # rows whose input record was not found (with_input only)
+    running: bool = False  # a process held the run: its records finished so far
+    records: int | None = None  # the records the run ends with (None: unknown)
+
+    def partial(self) -> str | None:
+        """What an export of an unfinished run leaves out, for people (None: nothing)."""
+        of = "" if self.records is None else f" of {self.records}"
+        if self.running:
+            return (
+                f"the run is still running: {self.rows}{of} records had finished and are "
+                "written; export again once it has ended for the rest"
+            )
+        if self.records is not None and self.rows < self.records:
+            return (
+                f"{self.rows}{of} records are finished and written; the rest are pending "
+                "(`refine resume RUN_DIR` runs them)"
+            )
+        return None
 
 
 def export_format(path: Path) -> tuple[ExportFormat, bool]:
@@ -91,8 +108,14 @@ def export(run_dir: str | Path, output: str | Path, *, with_input: bool = False)
         scratch = tempfile.TemporaryDirectory(prefix=".refine-export-", dir=output.parent)
     except OSError as err:
         raise StoreError(f"cannot write {output}: {err.strerror}") from err
+    running = rd.is_locked()
     with scratch, _Index(Path(scratch.name) / "index.sqlite") as index:
         out_columns = index.load(outputs_path)
+        if running and not index.rows:
+            raise ConfigError(
+                f"{rd.path} is a run in progress and none of its records has finished yet: "
+                f"nothing to export (`refine status {rd.path}` shows its progress)"
+            )
         in_columns = Columns()
         if source is not None and fmt != "jsonl":
             for record in source.records():
@@ -112,7 +135,8 @@ def export(run_dir: str | Path, output: str | Path, *, with_input: bool = False)
             os.replace(tmp, output)
         except OSError as err:
             raise StoreError(f"cannot write {output}: {err.strerror or err}") from err
-    return ExportSummary(output, fmt, index.rows, rows.missing)
+    records = rd.expected(manifest).records
+    return ExportSummary(output, fmt, index.rows, rows.missing, running, records)
 
 
 # -- the input ---------------------------------------------------------------------------------

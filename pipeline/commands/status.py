@@ -65,6 +65,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "completion_tokens": t.completion_tokens,
         "service_tier": manifest.settings.service_tier,
         "cost_usd": None if t.cost_usd is None else round(t.cost_usd, 6),
+        "hook_errors": dict(t.hook_errors),
         "budget_usd": manifest.settings.budget,
         "batches": _batches(rd) if manifest.settings.batch else None,
         "live": progress,
@@ -117,6 +118,10 @@ def render(info: dict[str, Any]) -> str:
         f"cost:     {cost_text}"
         + (f" (service tier: {info['service_tier']})" if info.get("service_tier") else ""),
     ]
+    hooks = info.get("hook_errors") or {}
+    if hooks:
+        failed = ", ".join(f"{h} failed on {n} answer(s)" for h, n in sorted(hooks.items()))
+        lines.append(f"hooks:    {failed} (raised or broke its contract; traces: hook_errors)")
     batches = info.get("batches")
     if batches is not None:
         ids = batches["in_flight"]

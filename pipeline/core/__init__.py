@@ -7,6 +7,7 @@
     jobs        Job, InputField: the job spec the loop reads
     metrics     MetricSpec: what a job declares of its evaluator's metrics (direction, source)
     loader      load_job: a job file read, the method's invariant enforced
+    hooks       a job's evaluate and check run on an answer, held to their contract
     kinds       AnswerKind, Selection: the protocol a kind of answer implements
     answers     taking the artifact out of a reply; notes left in it
     strategies  the named extra calls a user opts into (samples, restart, copy-retry)

@@ -97,6 +97,9 @@ class Job:
     score_from: tuple[str, ...] = ()  # rating fields whose sum replaces the critic's own score
     # the evaluator's metrics as the hooks declare them (METRICS): better direction, source
     metrics: Mapping[str, MetricSpec] = field(default_factory=dict, compare=False)
+    # the hooks (or the kind) run model-written programs (RUNS_PROGRAMS): a run probes the
+    # sandbox first and, in strict mode, stops where the kernel cannot isolate them
+    runs_programs: bool = False
 
     @property
     def scored(self) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from ..errors import JobError
+from .hooks import signature_problem
 from .jobs import FIELD_TYPES, FIELD_USES, InputField, Job, builtin_jobs
 from .jobs import placeholders as _placeholders
 from .kinds import BUILTIN_KINDS, AnswerKind
@@ -137,6 +138,7 @@ def parse_job(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         evaluator=_hook(r, module, "evaluate"),
         checker=_hook(r, module, "check"),
         metrics=_metrics(r, module),
+        runs_programs=_runs_programs(r, module),
         **fields,
     )
 
@@ -306,6 +308,9 @@ def _hook(r: _Reader, module: ModuleType | None, name: str) -> Any:
     hook = getattr(module, name, None)
     if hook is not None and not callable(hook):
         raise r.fail("hooks.file", f"{name} must be a function")
+    problem = None if hook is None else signature_problem(hook)
+    if problem is not None:
+        raise r.fail("hooks.file", f"{name} {problem}")
     return hook
 
 
@@ -320,6 +325,14 @@ def _metrics(r: _Reader, module: ModuleType | None) -> dict[str, MetricSpec]:
         if not isinstance(name, str) or not isinstance(spec, MetricSpec):
             raise r.fail("hooks.file", f"METRICS[{name!r}] must be a MetricSpec")
     return dict(declared)
+
+
+def _runs_programs(r: _Reader, module: ModuleType | None) -> bool:
+    """The hooks' ``RUNS_PROGRAMS``: whether they (or their kind) execute programs."""
+    declared = getattr(module, "RUNS_PROGRAMS", False)
+    if not isinstance(declared, bool):
+        raise r.fail("hooks.file", "RUNS_PROGRAMS must be True or False")
+    return declared
 
 
 def _output(r: _Reader, module: ModuleType | None) -> tuple[AnswerKind, str]:

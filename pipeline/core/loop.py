@@ -12,8 +12,8 @@ of answer is behind ``AnswerKind``, and a job's checks and evaluator are functio
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -22,10 +22,22 @@ from ..errors import CallError, FatalCallError, FeedbackParseError
 from .choice import choose, score_of, summed_score
 from .drafts import answer_of, answers, drafts, feedback_on
 from .feedback import parse_feedback
+from .hooks import Judged, judge
 from .jobs import Job
 from .prompts import build_messages
 from .records import Record
-from .steps import LENGTH, Completion, Kind, ModelClient, Outcome, Role, Step, StepSink, Superseded
+from .steps import (
+    LENGTH,
+    Completion,
+    Kind,
+    ModelClient,
+    Outcome,
+    Request,
+    Role,
+    Step,
+    StepSink,
+    Superseded,
+)
 from .strategies import next_draft
 
 __all__ = [
@@ -89,30 +101,12 @@ class Next:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """The next model call of a record, exactly as it will be asked for."""
+    """The next model call of a record: its place in the loop, and the request it makes."""
 
     role: Role
     iteration: int
-    messages: list[dict[str, str]]
-    schema: Mapping[str, Any] | None
-    temperature: float
-    max_tokens: int
-    kind: Kind = Kind.ANSWER
-    frequency_penalty: float | None = None  # only on the repair of a cut-off call
-    cache_key: str | None = None  # the record's id: its calls share a prefix
-
-    def sampling(self) -> dict[str, float]:
-        """Sampling settings beyond the temperature, as request-body fields (often none)."""
-        if self.frequency_penalty is None:
-            return {}
-        return {"frequency_penalty": self.frequency_penalty}
-
-    def options(self) -> dict[str, Any]:
-        """Request options beyond the required ones, only where set (fakes may lack them)."""
-        out: dict[str, Any] = dict(self.sampling())
-        if self.cache_key is not None:
-            out["cache_key"] = self.cache_key
-        return out
+    kind: Kind
+    request: Request
 
 
 # -- the fold ----------------------------------------------------------------------------------
@@ -186,17 +180,16 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
         answer = answer_of(job.kind, steps, nxt.iteration - 1)
     # A repair is asked as the call it repairs was, with a repetition penalty.
     origin = steps[-1].kind if nxt.kind is Kind.REPAIR and steps[-1].kind else nxt.kind
-    return Call(
-        role=nxt.role,
-        iteration=nxt.iteration,
-        messages=build_messages(job, record, nxt.role, nxt.kind, nxt.iteration, steps, answer),
-        schema=job.feedback_schema if nxt.role == "feedback" else None,
+    messages = build_messages(job, record, nxt.role, nxt.kind, nxt.iteration, steps, answer)
+    request = Request(
+        tuple(messages),
         temperature=job.strategies.temperature(origin, job.temperature),
         max_tokens=job.max_tokens,
-        kind=nxt.kind,
+        schema=job.feedback_schema if nxt.role == "feedback" else None,
         frequency_penalty=RETRY_FREQUENCY_PENALTY if nxt.kind is Kind.REPAIR else None,
         cache_key=record.id,
     )
+    return Call(nxt.role, nxt.iteration, nxt.kind, request)
 
 
 # -- making a step -----------------------------------------------------------------------------
@@ -211,32 +204,20 @@ def _reaches_the_end(text: str, output: str) -> bool:
     return not lines or text.rstrip().endswith(lines[-1].rstrip())
 
 
-def _evaluate_sync(
-    job: Job, record: Record, output: str, checks: bool
-) -> tuple[dict[str, Any] | None, list[str] | None]:
-    metrics: dict[str, Any] | None = None
-    found: list[str] | None = None
-    if job.evaluator is not None:
-        try:  # the evaluator measures: it may read labels
-            metrics = dict(job.evaluator(record.fields, output))
-        except Exception as err:  # a broken evaluator is recorded, never a crash
-            metrics = {"error": f"{type(err).__name__}: {err}"}
-    if checks and job.checker is not None:
-        try:  # checks steer the loop: they never see a label
-            found = [str(f) for f in job.checker(job.shown_fields(record.fields), output)]
-        except Exception as err:  # a broken check is recorded, and passes
-            metrics = {**(metrics or {}), "check_error": f"{type(err).__name__}: {err}"}
-            found = []
-    return metrics, found
-
-
-async def _evaluate(
-    job: Job, record: Record, output: str, checks: bool
-) -> tuple[dict[str, Any] | None, list[str] | None]:
-    if job.evaluator is None and (job.checker is None or not checks):
-        return None, None
+async def _evaluate(job: Job, record: Record, output: str, checks: bool) -> Judged:
+    checker = job.checker if checks else None
+    if job.evaluator is None and checker is None:
+        return Judged()
+    shown = job.shown_fields(record.fields)
     # Evaluators and checks may run a subprocess: keep the event loop free.
-    return await anyio.to_thread.run_sync(_evaluate_sync, job, record, output, checks)
+    return await anyio.to_thread.run_sync(
+        judge, job.name, job.evaluator, checker, record.fields, shown, output
+    )
+
+
+def _as_sent(sent: list[dict[str, str]] | None, call: Call) -> list[dict[str, str]]:
+    """The messages a step records: as the client sent them, else as the loop asked."""
+    return sent if sent is not None else [dict(m) for m in call.request.messages]
 
 
 def _usage(comp: Completion) -> dict[str, int]:
@@ -285,7 +266,7 @@ async def make_step(
     repair = job.strategies.repair and call.kind is not Kind.REPAIR
     common: dict[str, Any] = {
         "iteration": call.iteration,
-        "messages": comp.messages if comp.messages is not None else call.messages,
+        "messages": _as_sent(comp.messages, call),
         "response": comp.text,
         "usage": _usage(comp),
         "latency_s": comp.latency_s,
@@ -317,7 +298,8 @@ async def make_step(
         return Step(call.role, parsed=None, output=output, error=copy, **common)
     if cut_inside:
         output = job.kind.cut(output)
-    metrics, found = await _evaluate(job, record, output, checks)
+    judged = await _evaluate(job, record, output, checks)
+    metrics, found = judged.metrics, judged.findings
     if checks and cut_inside:
         found = [*(found or []), CUT_OFF]  # a verified problem: the refinement shortens it
     if job.select in job.kind.selections:
@@ -330,7 +312,14 @@ async def make_step(
             metrics = {**(metrics or {}), rule.name: measured}
     error = _cut_error(False, "answer") if cut else None
     return Step(
-        call.role, parsed=None, output=output, metrics=metrics, checks=found, error=error, **common
+        call.role,
+        parsed=None,
+        output=output,
+        metrics=metrics,
+        checks=found,
+        error=error,
+        hook_errors=judged.failures,
+        **common,
     )
 
 
@@ -339,7 +328,7 @@ def failed_step(call: Call, err: CallError) -> Step:
     return Step(
         call.role,
         call.iteration,
-        err.messages if err.messages is not None else call.messages,
+        _as_sent(err.messages, call),
         None,
         None,
         {"prompt_tokens": 0, "completion_tokens": 0},
@@ -415,21 +404,11 @@ async def refine_record(
             return finish(job, record, steps, call.reason)
         model = critic if critic is not None and call.role == "feedback" else client
         try:
-            comp = await model.complete(
-                call.messages,
-                schema=call.schema,
-                temperature=call.temperature,
-                max_tokens=call.max_tokens,
-                **call.options(),
-            )
+            comp = await model.complete(call.request)
         except FatalCallError:
             raise
         except CallError as err:
-            if err.model is None:
-                err.model = model.model
             return call_failed(job, record, steps, call, err)
-        if comp.model is None:
-            comp = replace(comp, model=model.model)
         step = await make_step(job, record, call, comp, steps, policy.checks)
         await sink.save(record.id, len(steps), step)
         steps.append(step)

@@ -1,4 +1,5 @@
-"""The record of a model call: what a client returns, what the loop keeps, what a record ends as.
+"""The record of a model call: what a client is asked and returns, what the loop keeps, what a
+record ends as.
 
 Plain values shared by the client, the loop, the checkpoint store and the output files.
 Every step has a ``role`` (the part of Self-Refine it plays: generate, feedback, refine) and
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, Protocol
 
+from .hooks import HookFailure
 from .records import Record
 
 __all__ = [
@@ -22,11 +24,13 @@ __all__ = [
     "Kind",
     "ModelClient",
     "Outcome",
+    "Request",
     "Role",
     "Step",
     "StepSink",
     "Superseded",
     "Try",
+    "hook_errors_of",
     "usage_of",
 ]
 
@@ -78,6 +82,25 @@ class Try:
 
 
 @dataclass(frozen=True, slots=True)
+class Request:
+    """One model call as the loop asks for it: what every client is given, and all of it.
+
+    Nothing here is any provider's: how the schema is asked for, the prompt cache key's
+    field, a service tier are the client's business. The messages are a tuple of read-only
+    mappings, shared, never copied: a client that changes them (a schema spelled out in
+    the prompt) sends a copy and returns it as ``Completion.messages``.
+    """
+
+    messages: tuple[Mapping[str, str], ...]
+    _: KW_ONLY
+    temperature: float
+    max_tokens: int
+    schema: Mapping[str, Any] | None = None  # the feedback's JSON schema: structured output
+    frequency_penalty: float | None = None  # only on the repair of a cut-off call
+    cache_key: str | None = None  # the record's id: its calls share a prompt prefix
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """What a client returns for one successful model call."""
 
@@ -86,9 +109,9 @@ class Completion:
     completion_tokens: int
     latency_s: float
     attempts: int
+    model: str  # the model that answered, as the run records it
     finish_reason: str | None = None
     messages: list[dict[str, str]] | None = None  # as sent, when the client changed them
-    model: str | None = None  # the model that answered (set by the client)
     tries: tuple[Try, ...] = ()  # every attempt, when there was more than one
     cached_tokens: int = 0  # prompt tokens the provider served from its cache
     batch_id: str | None = None  # the Batch API batch that carried the call
@@ -103,16 +126,14 @@ class ModelClient(Protocol):
         """The model name this client calls (recorded on every step)."""
         ...
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None,
-        temperature: float,
-        max_tokens: int,
-        frequency_penalty: float | None = None,
-        cache_key: str | None = None,
-    ) -> Completion: ...
+    async def complete(self, request: Request) -> Completion:
+        """The answer to ``request``.
+
+        Raises CallError when the call fails for good (its record fails; the error carries
+        the call's trace data: attempts, tries, the messages as sent, the model) and a
+        FatalCallError when the run must stop.
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +157,7 @@ class Step:
     batch_id: str | None = None  # the Batch API batch that carried the call
     kind: Kind | None = None  # None: the method's own (ANSWER, or FEEDBACK for a critic call)
     service_tier: str | None = None  # the tier that served the call, where the provider says
+    hook_errors: tuple[HookFailure, ...] = ()  # the job's hooks that failed on this answer
 
     def __post_init__(self) -> None:
         if self.kind is None:
@@ -180,6 +202,7 @@ class Step:
             "output": self.output,
             "metrics": self.metrics,
             "checks": self.checks,
+            "hook_errors": [f.to_json() for f in self.hook_errors] or None,
         }
         d.update((k, v) for k, v in optional.items() if v is not None)
         return d
@@ -207,6 +230,7 @@ class Step:
             batch_id=d.get("batch_id"),
             kind=Kind(kind) if isinstance(kind, str) and kind in known else None,
             service_tier=d.get("service_tier"),
+            hook_errors=tuple(HookFailure.from_json(f) for f in d.get("hook_errors") or ()),
         )
 
 
@@ -214,6 +238,15 @@ class StepSink(Protocol):
     """Where each completed step goes before the loop moves on (the checkpoint store)."""
 
     async def save(self, record_id: str, index: int, step: Step) -> None: ...
+
+
+def hook_errors_of(steps: Sequence[Step]) -> dict[str, int]:
+    """How many answers each hook failed on, over steps (only hooks that failed)."""
+    counts: dict[str, int] = {}
+    for step in steps:
+        for failure in step.hook_errors:
+            counts[str(failure.hook)] = counts.get(str(failure.hook), 0) + 1
+    return counts
 
 
 def usage_of(steps: Sequence[Step]) -> dict[str, int]:
@@ -274,6 +307,9 @@ class Outcome:
             "cost_usd": cost_usd,
             "error": self.error,
         }
+        hooks = hook_errors_of(self.steps)
+        if hooks:
+            line["hook_errors"] = hooks
         if self.tests is not None:
             line["tests"] = self.tests
         if self.chosen_by != "default":

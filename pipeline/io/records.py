@@ -19,12 +19,23 @@ import orjson
 from ..core.jobs import InputField
 from ..core.records import Record, record_id
 from ..errors import InputError
-from .inputs import BOM, Row, count_rows, fingerprint, read_rows, same_input
+from .inputs import (
+    BOM,
+    Row,
+    count_rows,
+    fingerprint,
+    fixed_in_place,
+    kept_lines,
+    read_rows,
+    same_input,
+)
 
 __all__ = [
     "count_lines",
     "count_records",
     "fingerprint",
+    "fixed_in_place",
+    "kept_lines",
     "read_records",
     "same_input",
     "to_record",

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -142,6 +142,7 @@ class RunReport:
     feedback_spend: tuple[Spend, ...]  # traced feedback calls on the answer of iteration t
     skipped_lines: int  # unreadable lines (a line being written while we read)
     flips: FlipReport | None = None  # answers each round made better or worse, by metric
+    hook_errors: Mapping[str, int] = field(default_factory=dict)  # answers each hook failed on
 
     @property
     def done(self) -> int:
@@ -362,6 +363,7 @@ class Summary:
         self.tiers: Counter[str] = Counter()
         self.answers = _Spends()
         self.feedback = _Spends()
+        self.hooks: Counter[str] = Counter()
 
     def output(self, line: Mapping[str, Any]) -> None:
         """Count one outputs.jsonl line."""
@@ -381,6 +383,9 @@ class Summary:
         else:
             self.priced += 1
             self.dollars += dollars
+        hooks = line.get("hook_errors")
+        if isinstance(hooks, dict):
+            self.hooks.update({str(k): integer(v) for k, v in hooks.items()})
         if status == "done":
             self.quality.add(line)
 
@@ -447,6 +452,7 @@ class Summary:
             answer_spend=self.answers.freeze(),
             feedback_spend=self.feedback.freeze(),
             skipped_lines=found.skipped_lines,
+            hook_errors=dict(sorted(self.hooks.items())),
         )
 
 

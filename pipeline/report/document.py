@@ -178,6 +178,10 @@ def _header(r: RunReport) -> list[Block]:
                 ),
                 ("cost", _cost(r) + _tiers(r)),
                 ("max iterations", "-" if run.max_iters is None else str(run.max_iters)),
+                *(
+                    (f"hook {h} failed", f"on {n:,} answer(s) (traces.jsonl: hook_errors)")
+                    for h, n in r.hook_errors.items()
+                ),
             ),
         ),
     ]

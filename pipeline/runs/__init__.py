@@ -4,34 +4,33 @@
 
     settings    Settings: how a run proceeds (flags), resolved; the job as they change it
     manifest    what a run directory holds a run of, and which invocations continue it
+    urls        where a run's calls go: its endpoints, kept between invocations
+    restart     a run with no successful call, started over by a corrected command
     rundir      the run directory's files, lock and progress snapshot
     store       the checkpoint journal: the source of truth for resume
     outputs     outputs.jsonl, traces.jsonl, errors.jsonl
     tally       what a run has used: records, calls, tokens, dollars
     progress    the progress bar, or log lines where there is no terminal
     shards      --shard I/N
-    clients     where each side of the loop is served; the clients a run opened
+    clients     where each side of the loop is served, and opening a client there
     session     Session: one invocation (files, counters, budget, stop state, records)
-    pool        up to --concurrency tasks in flight from a bounded stream
-    realtime    the real-time driver, and the Driver type every backend implements
+    hooks       the watch on a job's hooks: failures counted, a broken hook stops the run
 
 Backends (``pipeline.backends``) build on these public types; nothing here knows a backend.
 """
 
-from .clients import ClientPlan, Endpoint, Models, open_client
+from .clients import ClientPlan, Endpoint, open_client
 from .manifest import Manifest
-from .realtime import Driver, run_realtime
 from .rundir import RunDir
-from .session import EXIT, RunSummary, Session, StopReason
+from .session import EXIT, CallCounts, RunSummary, Session, StopReason
 from .settings import Settings, effective_job, resolve
 
 __all__ = [
     "EXIT",
+    "CallCounts",
     "ClientPlan",
-    "Driver",
     "Endpoint",
     "Manifest",
-    "Models",
     "RunDir",
     "RunSummary",
     "Session",
@@ -40,5 +39,4 @@ __all__ = [
     "effective_job",
     "open_client",
     "resolve",
-    "run_realtime",
 ]

@@ -17,7 +17,17 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import RunDirError
 from .settings import Settings, settings_from_json
 
-__all__ = ["InputInfo", "JobInfo", "Manifest", "clean_url", "now_iso", "package_version"]
+__all__ = [
+    "EndpointUse",
+    "InputInfo",
+    "JobInfo",
+    "Manifest",
+    "clean_url",
+    "identity_change",
+    "now_iso",
+    "package_version",
+    "refuse_different",
+]
 
 # Settings that change what a run computes: a different value on an existing RUN_DIR is
 # refused. The rest (pace, timeouts, concurrency, budget, where the endpoint is) may change.
@@ -76,6 +86,51 @@ class InputInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointUse:
+    """Where a run's calls went from one invocation on: one entry of its endpoint history.
+
+    ``base_url`` is the generator's endpoints (several replicas, or ``local`` for the
+    embedded model), ``feedback_base_url`` the critic's when it has its own; URLs as the
+    manifest keeps them (credentials and query strings dropped).
+    """
+
+    base_url: tuple[str, ...]
+    feedback_base_url: str | None
+    since_run: int  # the invocation (``runs``) that first used them
+    at: str  # when
+
+    def same_place(self, other: EndpointUse) -> bool:
+        """Whether both send calls to the same endpoints."""
+        return (self.base_url, self.feedback_base_url) == (other.base_url, other.feedback_base_url)
+
+    def describe(self) -> str:
+        """The endpoints, for people."""
+        text = ", ".join(self.base_url)
+        if self.feedback_base_url:
+            text += f" (critic: {self.feedback_base_url})"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's form."""
+        return {
+            "base_url": list(self.base_url),
+            "feedback_base_url": self.feedback_base_url,
+            "since_run": self.since_run,
+            "at": self.at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EndpointUse:
+        """Read the manifest's form."""
+        return cls(
+            tuple(str(u) for u in data["base_url"]),
+            data.get("feedback_base_url"),
+            int(data["since_run"]),
+            str(data["at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
     """A run directory's record of its run."""
 
@@ -87,12 +142,15 @@ class Manifest:
     settings: Settings  # the values in force (resolved: max_iters, timeout)
     local_model: dict[str, Any] | None = None  # the embedded generator's file and origin
     feedback_local_model: dict[str, Any] | None = None  # the embedded critic's, if another
+    # for a job that runs programs: the isolation they got (mode, layers, Landlock ABI)
+    sandbox: dict[str, Any] | None = None
     version: str = field(default_factory=package_version)
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
     runs: int = 1
     state: str = "running"
     exit_code: int | None = None
+    endpoints: tuple[EndpointUse, ...] = ()  # where the calls went, each change appended
 
     @property
     def critic(self) -> str:
@@ -143,11 +201,13 @@ class Manifest:
                 if self.feedback_local_model
                 else {}
             ),
+            **({"sandbox": self.sandbox} if self.sandbox else {}),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "runs": self.runs,
             "state": self.state,
             "exit_code": self.exit_code,
+            "endpoints": [e.to_json() for e in self.endpoints],
         }
 
     @classmethod
@@ -171,23 +231,36 @@ class Manifest:
                 settings=settings_from_json(stored),
                 local_model=data.get("local_model"),
                 feedback_local_model=data.get("feedback_local_model"),
+                sandbox=data.get("sandbox"),
                 version=str(data.get("version", "0+unknown")),
                 created_at=str(data.get("created_at") or now_iso()),
                 updated_at=str(data.get("updated_at") or now_iso()),
                 runs=int(data.get("runs", 1)),
                 state=str(data.get("state", "unknown")),
                 exit_code=data.get("exit_code"),
+                endpoints=tuple(EndpointUse.from_json(e) for e in data.get("endpoints") or ()),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"{where}: not a manifest of this program ({err!r})") from err
 
 
-def refuse_different(old: Manifest, new: Manifest, where: str) -> None:
-    """Raise RunDirError when ``new`` is not a continuation of the run ``old`` records."""
+def identity_change(old: Manifest, new: Manifest) -> tuple[str, Any, Any] | None:
+    """The first part of the run's identity ``new`` changes: (name, old value, new value)."""
     before, after = old.identity(), new.identity()
     for key, value in before.items():
         if after[key] != value:
-            raise RunDirError(
-                f"{where} holds a run with {key}={value!r}, not {after[key]!r}; "
-                f"use another --out, or `refine resume {where}`"
-            )
+            return key, value, after[key]
+    return None
+
+
+def refuse_different(old: Manifest, new: Manifest, where: str) -> None:
+    """Raise RunDirError when ``new`` is not a continuation of the run ``old`` records."""
+    change = identity_change(old, new)
+    if change is not None:
+        key, value, asked = change
+        raise RunDirError(
+            f"{where} holds a run with {key}={value!r}, not {asked!r}, and that run has "
+            f"made model calls. To start over with {key}={asked!r}, give another --out (or "
+            f"delete {where}); to go on with {key}={value!r}, run its own command again or "
+            f"`refine resume {where}`"
+        )

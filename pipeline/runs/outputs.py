@@ -22,7 +22,7 @@ from ..core.steps import Outcome
 from ..errors import InputError, StoreError
 from .store import repair_tail
 
-__all__ = ["RAW_LIMIT", "KeyedJsonl", "Outputs"]
+__all__ = ["RAW_LIMIT", "KeyedJsonl", "Outputs", "rejected_lines"]
 
 RAW_LIMIT = 200  # characters of a broken input line kept in errors.jsonl
 
@@ -173,3 +173,19 @@ class Outputs:
         """Close all three files."""
         for f in (self.outputs, self.traces, self.errors):
             f.close()
+
+
+def rejected_lines(path: Path) -> set[int]:
+    """The input lines an errors.jsonl holds (none when it does not exist)."""
+    lines: set[int] = set()
+    if not path.exists():
+        return lines
+    with path.open("rb") as fh:
+        for raw in fh:
+            try:
+                line = orjson.loads(raw)["line"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue  # a torn last line
+            if isinstance(line, int):
+                lines.add(line)
+    return lines

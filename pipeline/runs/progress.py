@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -32,8 +33,10 @@ class Counters:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     spent_usd: float | None = 0.0  # dollars spent by the run so far (None: a price is unknown)
+    spent_before: float | None = 0.0  # of them, by earlier invocations
     batches: dict[str, int] = field(default_factory=dict)  # --batch: open batches by status
     waiting: dict[str, int] = field(default_factory=dict)  # --batch: held records by next step
+    hook_errors: Counter[str] = field(default_factory=Counter)  # answers each hook failed on
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -42,8 +45,21 @@ class Counters:
         return None if self.lines is None else self.lines - self.bad_lines
 
     def cost_text(self) -> str:
-        """Dollars spent so far, for people."""
+        """Dollars the run has spent so far, for people."""
         return "cost unknown" if self.spent_usd is None else f"${self.spent_usd:.4f}"
+
+    def invocation_cost_text(self) -> str:
+        """Dollars this invocation spent, for people."""
+        if self.spent_usd is None or self.spent_before is None:
+            return "cost unknown"
+        return f"${max(0.0, self.spent_usd - self.spent_before):.4f}"
+
+    def hooks_text(self) -> str:
+        """``; hook errors: check on 3 answers`` when a hook failed, else empty."""
+        if not self.hook_errors:
+            return ""
+        failed = ", ".join(f"{h} on {n} answer(s)" for h, n in sorted(self.hook_errors.items()))
+        return f"; hook errors: {failed}"
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able copy for ``progress.json``."""
@@ -61,10 +77,12 @@ class Counters:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "spent_usd": self.spent_usd,
+            "spent_before_usd": self.spent_before,
             "elapsed_s": round(elapsed, 1),
             "calls_per_s": round(self.calls / elapsed, 2) if elapsed > 0 else 0.0,
             "batches": dict(self.batches),
             "waiting": dict(self.waiting),
+            "hook_errors": dict(self.hook_errors),
         }
 
     def batch_text(self) -> str:
@@ -76,14 +94,16 @@ class Counters:
         return f"; batches: {batches}; next step: {steps}"
 
     def line(self) -> str:
-        """One human line of the figures."""
+        """One human line of the figures: the run's records and cost, and what this
+        invocation did (records finished, calls, tokens, cost)."""
         s = self.snapshot()
         of = f"/{self.total}" if self.total is not None else ""
         return (
-            f"{self.already + self.done + self.failed}{of} records "
-            f"({self.done} done, {self.failed} failed, {self.in_flight} in flight), "
+            f"{self.already + self.done + self.failed}{of} records finished; this invocation: "
+            f"{self.done} done, {self.failed} failed, {self.in_flight} in flight, "
             f"{self.calls} calls, {self.prompt_tokens + self.completion_tokens} tokens, "
-            f"{self.cost_text()}, {s['calls_per_s']} calls/s{self.batch_text()}"
+            f"{self.invocation_cost_text()}, {s['calls_per_s']} calls/s; "
+            f"run total: {self.cost_text()}{self.hooks_text()}{self.batch_text()}"
         )
 
 

@@ -1,9 +1,10 @@
 """One invocation of a run: its files, counters, budget, stop state and record stream.
 
-``Session`` is what every driver (real time, Batch API, Ray) runs records through: the
-records to run (finished ones skipped, bad lines to errors.jsonl), the journal every step
-goes to, the outputs a finished record goes to, progress, and why the run stopped, with
-the exit status that maps to.
+``Session`` is what every backend's driver (real time, Batch API, Ray) runs records
+through: the records to run (finished ones skipped, bad lines to errors.jsonl), the journal
+every step goes to, the outputs a finished record goes to, progress, and why the run
+stopped, with the exit status that maps to. ``CallCounts`` is what a driver reports of its
+clients for progress and the summary.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ..core.records import Record
 from ..core.steps import Outcome, Step
 from ..errors import AuthError, BudgetReached, ConfigError, InputError, StoreError, UnavailableError
 from ..io.records import count_records, read_records
-from .clients import Models
+from .hooks import HookWatch
 from .manifest import Manifest
 from .outputs import Outputs
 from .progress import Counters, Progress
@@ -40,7 +41,9 @@ from .tally import tally
 
 __all__ = [
     "EXIT",
+    "CallCounts",
     "CountingSink",
+    "Rejected",
     "RunSummary",
     "Session",
     "StopReason",
@@ -51,7 +54,6 @@ __all__ = [
 
 log = logging.getLogger("refine")
 
-# Exit statuses (documented in the README and `refine --help`).
 # Exit statuses (documented in the README and `refine --help`).
 EXIT = {
     "ok": 0,  # every input line became a record and every record is done
@@ -86,15 +88,28 @@ class StopReason(enum.Enum):
         return EXIT[self.value]
 
 
+@dataclass(frozen=True, slots=True)
+class CallCounts:
+    """What a driver's clients did: calls made, calls retried, requests refused for a rate
+    limit (on Ray, every worker's; with --batch, lines answered, lines sent again and
+    batch creations refused)."""
+
+    calls: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+
+
 @dataclass(slots=True)
 class RunSummary:
-    """What a run did, and the exit status it maps to."""
+    """What a run did, and the exit status it maps to (``pipeline.run`` returns it however
+    a run it started ends; what stops a run from starting is raised instead)."""
 
     run_dir: Path
-    counters: Counters
-    exit_code: int = 0
-    state: str = "finished"
-    message: str | None = None
+    counters: Counters  # this invocation's figures; ``spent_usd`` is the run's in all
+    exit_code: int = 0  # the ``refine`` command's exit status (README's table)
+    state: str = "finished"  # finished, stopped, interrupted or waiting (--detach)
+    message: str | None = None  # why it stopped, or what is left to do, for people
+    error: BaseException | None = None  # the error that stopped it (None: it finished)
 
 
 @dataclass(slots=True)
@@ -145,12 +160,18 @@ def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | Non
     if reason is not None:
         return "stopped", reason.exit_code, f"stopped: {err}"
     if failed or bad:
-        return (
-            "finished",
-            EXIT["partial"],
-            f"finished with {failed} failed record(s) and {bad} unreadable input line(s) "
-            "(see outputs.jsonl and errors.jsonl; `--retry-failed` runs the failed ones again)",
-        )
+        parts = []
+        if failed:
+            parts.append(
+                f"{failed} failed record(s) (outputs.jsonl says why; a run with "
+                "--retry-failed runs them again)"
+            )
+        if bad:
+            parts.append(
+                f"{bad} unreadable input line(s) (errors.jsonl says why; fix them in the "
+                "input, in place, and the next run reads them again)"
+            )
+        return "finished", EXIT["partial"], "finished with " + " and ".join(parts)
     return "finished", EXIT["ok"], None
 
 
@@ -191,9 +212,12 @@ class Session:
         self.budget = Budget(self.settings.budget, prices, spent=used.cost_usd or 0.0)
         self.budget.unknown = used.cost_usd is None
         self.counters = Counters(already=len(self.outputs.finished))
+        self.counters.spent_before = self.budget.total()
         self.progress = Progress(self.counters, enabled=show_progress)
         self.live: dict[str, Any] = {}  # a driver's own live figures for progress.json
+        self.hooks = HookWatch(job, self.settings.checks)
         self._lines_seen = 0
+        self._scope: anyio.CancelScope | None = None  # the run's, once supervised
 
     def _reopen_failed(self) -> set[str]:
         """With --retry-failed: take the failed records back (their journaled steps stay)."""
@@ -207,7 +231,13 @@ class Session:
 
     def sink(self) -> CountingSink:
         """Where loops save their steps."""
-        return CountingSink(self.journal, self.counters)
+        return CountingSink(self.journal, self.counters, self.hooks, self.halt)
+
+    def halt(self, err: BaseException) -> None:
+        """Stop the run now, records in flight included (they stay pending): exit 2."""
+        self.stop.set(StopReason.FATAL, err)
+        if self._scope is not None:
+            self._scope.cancel()
 
     def take_prior(self, record_id: str) -> list[Step]:
         """The journaled steps of a record (given once: the loop owns them after)."""
@@ -236,27 +266,41 @@ class Session:
         """
         s = self.settings
         items = read_records(self.input_path, self.job.inputs, s.id_field)
+        rejected = Rejected(self.outputs.errors.keys)
         while not self.stop.stopping:
             batch: list[Record | InputError] = await anyio.to_thread.run_sync(
                 lambda: list(islice(items, READ_BATCH))
             )
             if not batch:
                 break
-            for item in batch:
-                if s.limit is not None and self._lines_seen >= s.limit:
-                    return
-                self._lines_seen += 1
-                if isinstance(item, InputError):
-                    self.counters.bad_lines += 1
-                    self.outputs.bad_line(item)
-                    continue
-                if s.shard is not None and shard_of(item.id, s.shard[1]) != s.shard[0]:
-                    continue
-                if item.id in self.outputs.finished:
-                    continue
-                await send(item)
-                if self.stop.stopping:
-                    return
+            try:
+                for item in batch:
+                    if s.limit is not None and self._lines_seen >= s.limit:
+                        return
+                    self._lines_seen += 1
+                    rejected.read(item.line, isinstance(item, InputError))
+                    if isinstance(item, InputError):
+                        self.counters.bad_lines += 1
+                        self.outputs.bad_line(item)
+                        continue
+                    if s.shard is not None and shard_of(item.id, s.shard[1]) != s.shard[0]:
+                        continue
+                    if item.id in self.outputs.finished:
+                        continue
+                    await send(item)
+                    if self.stop.stopping:
+                        return
+            finally:
+                self._forget_fixed(rejected.take())
+
+    def _forget_fixed(self, lines: set[int]) -> None:
+        """Drop input lines rejected before and read now from errors.jsonl."""
+        if lines and self.outputs.errors.drop(lines):
+            log.info(
+                "%d input line(s) rejected by an earlier invocation are read now (fixed in "
+                "place): removed from errors.jsonl",
+                len(lines),
+            )
 
     async def count_input(self) -> None:
         """Set the progress total once the input is counted (runs beside the records)."""
@@ -273,10 +317,14 @@ class Session:
         if self.settings.shard is None:
             self.counters.lines = lines
 
-    def publish(self, models: Models) -> None:
+    def _count_calls(self, counts: CallCounts) -> None:
+        c = self.counters
+        c.calls, c.retries, c.rate_limited = counts.calls, counts.retries, counts.rate_limited
+
+    def publish(self, counts: CallCounts) -> None:
         """Refresh the live figures: the progress display and progress.json."""
         c = self.counters
-        c.calls, c.retries, c.rate_limited = models.stats()
+        self._count_calls(counts)
         c.spent_usd = self.budget.total()
         self.progress.tick()
         self.rd.write_progress(
@@ -284,15 +332,19 @@ class Session:
         )
 
     async def supervise(
-        self, models: Models, scope: anyio.CancelScope, install_signal_handlers: bool
+        self,
+        counts: Callable[[], CallCounts],
+        scope: anyio.CancelScope,
+        install_signal_handlers: bool,
     ) -> None:
         """Publish progress every second; with signal handlers, stop cleanly on SIGINT/SIGTERM."""
+        self._scope = scope
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.count_input)
             if install_signal_handlers:
                 tg.start_soon(self._signals, scope)
             while True:
-                self.publish(models)
+                self.publish(counts())
                 await anyio.sleep(PROGRESS_EVERY_S)
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
@@ -302,11 +354,11 @@ class Session:
                 scope.cancel()
                 return
 
-    def close(self, models: Models) -> RunSummary:
+    def close(self, counts: CallCounts) -> RunSummary:
         """Flush and close the files; the summary of this invocation."""
         self.journal.close()
         c = self.counters
-        c.calls, c.retries, c.rate_limited = models.stats()
+        self._count_calls(counts)
         c.spent_usd = self.budget.total()
         self.progress.close()
         with contextlib.suppress(StoreError):
@@ -316,19 +368,64 @@ class Session:
         bad = len(self.outputs.errors.keys)
         state, code, message = conclude(self.stop, failed, bad)
         self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot(), **self.live})
-        return RunSummary(self.rd.path, c, code, state, message)
+        return RunSummary(self.rd.path, c, code, state, message, self.stop.error)
+
+
+class Rejected:
+    """The input lines errors.jsonl holds, and those of them read again without error.
+
+    Lines are read in order; a recorded line passed over is blank now, and one read as a
+    record was fixed: either way it is no longer rejected.
+    """
+
+    __slots__ = ("_at", "_fixed", "_lines")
+
+    def __init__(self, lines: set[int]) -> None:
+        self._lines = sorted(lines)
+        self._at = 0
+        self._fixed: set[int] = set()
+
+    def read(self, line: int, rejected: bool) -> None:
+        """Input ``line`` was read (a record, or an InputError when ``rejected``)."""
+        lines = self._lines
+        while self._at < len(lines) and lines[self._at] < line:
+            self._fixed.add(lines[self._at])
+            self._at += 1
+        if self._at < len(lines) and lines[self._at] == line:
+            if not rejected:
+                self._fixed.add(line)
+            self._at += 1
+
+    def take(self) -> set[int]:
+        """The lines found no longer rejected since the last call."""
+        fixed, self._fixed = self._fixed, set()
+        return fixed
 
 
 class CountingSink:
-    """The journal, counting each saved call's tokens for live progress."""
+    """The journal, counting each saved call's tokens and hook failures for live progress;
+    a hook broken for good halts the run (``HookWatch``)."""
 
-    __slots__ = ("counters", "journal")
+    __slots__ = ("counters", "halt", "hooks", "journal")
 
-    def __init__(self, journal: Journal, counters: Counters) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        counters: Counters,
+        hooks: HookWatch,
+        halt: Callable[[BaseException], None],
+    ) -> None:
         self.journal = journal
         self.counters = counters
+        self.hooks = hooks
+        self.halt = halt
 
     async def save(self, record_id: str, index: int, step: Step) -> None:
         await self.journal.save(record_id, index, step)
         self.counters.prompt_tokens += step.usage.get("prompt_tokens", 0)
         self.counters.completion_tokens += step.usage.get("completion_tokens", 0)
+        for failure in step.hook_errors:
+            self.counters.hook_errors[str(failure.hook)] += 1
+        broken = self.hooks.saw(step)
+        if broken is not None:
+            self.halt(broken)

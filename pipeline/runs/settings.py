@@ -7,19 +7,19 @@ a resumed run proceeds exactly as the first one did.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..client.flex import FLEX, FLEX_TIMEOUT_S, SERVICE_TIERS
+from ..client.models import ModelId
 from ..core.jobs import Job
 from ..core.strategies import parse_specs
 from ..errors import ConfigError
+from ..sandbox import SandboxMode
 
 __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_TIMEOUT_S",
-    "LOCAL_PREFIX",
     "LOCAL_TIMEOUT_S",
     "Settings",
     "effective_job",
@@ -30,7 +30,6 @@ __all__ = [
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_TIMEOUT_S = 60.0
 LOCAL_TIMEOUT_S = 900.0  # a local model on a few cores answers long prompts slowly
-LOCAL_PREFIX = "local"  # `--feedback-model local` or `local:NAME`: the critic on the local model
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,29 +69,40 @@ class Settings:
     workers: int | None = None  # run on Ray with this many worker actors
     ray_address: str | None = None  # join this Ray cluster (else $RAY_ADDRESS, else a local one)
     service_tier: str | None = None  # sent as ``service_tier`` (None: not sent); flex: batch rate
+    context_tokens: int | None = None  # the models' context window (None: known models' own)
+    # the isolation programs need (weak: run them without a missing kernel layer); one
+    # invocation's choice, never inherited by `refine resume`
+    sandbox: SandboxMode = SandboxMode.STRICT
     # What chose the loop's settings, when `refine calibrate` did: the arm run (--plan) and
     # the calibration.json read (by --plan or --max-iters auto). Recorded, never compared.
     plan: str | None = None
     calibration: str | None = None
 
     def base_urls(self) -> tuple[str, ...]:
-        """The generator's endpoints: ``base_url`` (one or several), else ``$OPENAI_BASE_URL``."""
+        """The generator's endpoints: ``base_url``, one or several (none: OpenAI's).
+
+        ``$OPENAI_BASE_URL`` is read once, when a run starts (``runs.urls``), and recorded.
+        """
         if isinstance(self.base_url, tuple):
             return self.base_url
-        url = self.base_url or os.environ.get("OPENAI_BASE_URL")
-        return (url,) if url else ()
+        return (self.base_url,) if self.base_url else ()
+
+    @property
+    def critic_id(self) -> ModelId | None:
+        """The critic ``--feedback-model`` names, parsed (None: the generator's model)."""
+        return None if self.feedback_model is None else ModelId.parse(self.feedback_model)
 
     @property
     def critic_is_local(self) -> bool:
         """Whether ``--feedback-model`` names the embedded local model."""
-        fm = self.feedback_model
-        return fm is not None and (fm == LOCAL_PREFIX or fm.startswith(LOCAL_PREFIX + ":"))
+        critic = self.critic_id
+        return critic is not None and critic.is_local
 
     @property
     def critic_local_model(self) -> str | None:
         """The local model named by ``--feedback-model local:NAME`` (None: the default one)."""
-        fm = self.feedback_model or ""
-        return fm.partition(":")[2] or None if self.critic_is_local else None
+        critic = self.critic_id
+        return critic.name or None if critic is not None and critic.is_local else None
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -137,6 +147,8 @@ def resolve(settings: Settings, job_max_iters: int) -> Settings:
             problems.append("--shard must be I/N with 0 <= I < N")
     if settings.poll <= 0:
         problems.append("--poll must be > 0 seconds")
+    if settings.context_tokens is not None and settings.context_tokens < 1:
+        problems.append("--context-tokens must be >= 1")
     if settings.service_tier is not None and settings.service_tier not in SERVICE_TIERS:
         problems.append(f"--service-tier must be one of {', '.join(SERVICE_TIERS)}")
     if problems:
@@ -170,6 +182,9 @@ def settings_from_json(data: dict[str, Any]) -> Settings:
         values["base_url"] = tuple(values["base_url"])
     if isinstance(values.get("strategy"), list):
         values["strategy"] = tuple(values["strategy"])
+    if "sandbox" in values:  # a mode this version does not know is the strictest
+        weak = values["sandbox"] == SandboxMode.WEAK
+        values["sandbox"] = SandboxMode.WEAK if weak else SandboxMode.STRICT
     if isinstance(values.get("shard"), list):
         i, n = values["shard"]
         values["shard"] = (int(i), int(n))

@@ -8,6 +8,7 @@ earlier invocations spent.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from ..client.prices import PriceBook
-from ..core.steps import Step, usage_of
+from ..core.steps import Step, hook_errors_of, usage_of
 
 __all__ = ["Tally", "tally", "tally_outputs"]
 
@@ -32,6 +33,7 @@ class Tally:
     cached_tokens: int = 0  # of the prompt tokens, those the provider served from its cache
     completion_tokens: int = 0
     cost_usd: float | None = 0.0  # None: some call was to a model with no price
+    hook_errors: Counter[str] = field(default_factory=Counter)  # answers each hook failed on
     finished_ids: set[str] = field(default_factory=set)
 
     def add_cost(self, cost: float | None) -> None:
@@ -57,6 +59,7 @@ class Tally:
             self.prompt_tokens += used["prompt_tokens"]
             self.cached_tokens += used["cached_tokens"]
             self.completion_tokens += used["completion_tokens"]
+            self.hook_errors.update(hook_errors_of(steps))
             self.add_cost(prices.steps_cost(steps, model_for))
 
 
@@ -101,6 +104,9 @@ def tally_outputs(outputs: Path, prices: PriceBook, model_for: Mapping[str, str]
                 t.prompt_tokens += int(usage.get("prompt_tokens", 0))
                 t.cached_tokens += int(usage.get("cached_tokens", 0))
                 t.completion_tokens += int(usage.get("completion_tokens", 0))
+                hooks = line.get("hook_errors")
+                if isinstance(hooks, dict):
+                    t.hook_errors.update({str(k): int(v) for k, v in hooks.items()})
                 if "cost_usd" in line:
                     t.add_cost(line["cost_usd"])
                 else:

@@ -1,8 +1,9 @@
-"""One sandboxed run: a child ``python -I -S`` under limits, killed on its deadline.
+"""One sandboxed run: a child ``python -I -S``, confined by the kernel, killed on its deadline.
 
-The bootstrap below runs in the child before the program: it sets the resource limits and
-installs the audit hook (see the package's docstring), then runs the program and, with a
-``call``, that expression, reporting every outcome as one JSON object on a result pipe.
+The bootstrap below runs in the child before the program: it confines the process
+(``kernel.confine``: limits, privileges, no_new_privs, Landlock, seccomp) and installs the
+audit hook, then runs the program and, with a ``call``, that expression, reporting every
+outcome (and what was in force) as one JSON object on a result pipe.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import orjson
 
 from ..core.pyast import parse_module
+from .policy import Confinement, Policy, SandboxMode, current_mode
 
 __all__ = ["MAX_DRAIN_BYTES", "MAX_OUTPUT_BYTES", "SandboxResult", "run_python", "syntax_problem"]
 
@@ -37,32 +39,52 @@ MAX_VALUE_CHARS: Final = 256 * 1024
 _RESULT_BYTES: Final = 6 * MAX_VALUE_CHARS + 64 * 1024
 _READ_CHUNK: Final = 65536
 _KILL_WAIT_S: Final = 5.0  # a SIGKILLed child is reaped well within this
+# The child imports ``kernel`` from here, by path (it has no site-packages).
+_HOME: Final = str(Path(__file__).resolve().parent)
+# Top-level modules the child drops once it is confined.
+_SHED: Final = ("kernel", "ctypes", "_ctypes")
 
-# Runs in the child, before the program. Kept free of anything that could fail on
-# an odd program: it reports every outcome as one JSON object on the result pipe.
+# Runs in the child, before the program: confines the process (``kernel.confine``), then
+# runs the program. Kept free of anything that could fail on an odd program: it reports
+# every outcome as one JSON object on the result pipe. It imports little before the program
+# (json, traceback only when needed): the interpreter's start is most of a run's cost.
 _BOOTSTRAP: Final = r"""
-import json, os, resource, signal, sys, time, traceback
+import os, sys, time
+
+def _report(fd, message):
+    import json
+    data = json.dumps(message).encode()
+    while data:
+        data = data[os.write(fd, data):]
 
 def _main():
-    result_fd, memory, cpu, call = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    for name, soft, hard in (
-        ("RLIMIT_AS", memory, memory),
-        ("RLIMIT_CPU", cpu, cpu + 1),
-        ("RLIMIT_FSIZE", 0, 0),
-        ("RLIMIT_CORE", 0, 0),
-    ):
-        kind = getattr(resource, name)
-        ceiling = resource.getrlimit(kind)[1]
-        if ceiling != resource.RLIM_INFINITY:  # never ask for more than we may have
-            soft, hard = min(soft, ceiling), min(hard, ceiling)
-        resource.setrlimit(kind, (soft, hard))
-    if os.geteuid() != 0:
-        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not kills
-    sys.dont_write_bytecode = True
+    result_fd, home, memory, cpu, layers, strict, call = sys.argv[1:]
+    result_fd, layers = int(result_fd), layers.split(",")
+    import _signal
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)  # a write past the limit fails, not kills
     with open("program.py", encoding="utf-8") as fh:
         source = fh.read()
     sys.argv = ["program.py"]
+    # The modules that confined the process leave with their names: the program imports
+    # ctypes afresh, which the audit hook refuses.
+    sys.path.insert(0, home)
+    try:
+        import kernel
+        confinement = kernel.confine(int(memory), int(cpu), layers)
+    except BaseException as err:  # never run a program that was not confined as asked
+        _report(result_fd, {"error": f"sandbox: cannot confine the program: {err!r}"[:500]})
+        return 1
+    finally:
+        del sys.path[0]
+        for name in [n for n in sys.modules if n.partition(".")[0] in SHED]:
+            del sys.modules[name]
+    # Only now: the first child caches the confinement code's bytecode for the next ones.
+    sys.dont_write_bytecode = True
+    if strict == "1" and confinement["missing"]:
+        why = "; ".join(f"{k}: {v}" for k, v in confinement["missing"].items())
+        error = "sandbox: not run without kernel isolation (" + why + ")"
+        _report(result_fd, {"error": error[:500], "confinement": confinement})
+        return 1
 
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
     refused_prefixes = (
@@ -91,6 +113,7 @@ def _main():
             raise PermissionError(f"sandbox: {event} is not allowed")
 
     def describe(err):
+        import traceback
         line = None
         if isinstance(err, SyntaxError) and err.filename == "<program>":
             line = err.lineno
@@ -106,7 +129,9 @@ def _main():
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
         code = compile(source, "<program>", "exec")
-        sys.addaudithook(hook)
+        if "audit_hook" in layers:
+            sys.addaudithook(hook)
+            confinement["applied"]["audit_hook"] = "refuses sockets, processes, ctypes, writes"
         started = time.process_time()
         try:
             exec(code, namespace)
@@ -116,6 +141,7 @@ def _main():
         cpu = time.process_time() - started
         if error is None and call:
             result = eval(compile(call, "<call>", "eval"), namespace)
+            import json
             try:
                 value = json.dumps(result, allow_nan=False)
             except (TypeError, ValueError, RecursionError):
@@ -128,13 +154,11 @@ def _main():
         sys.stderr.flush()
     except BaseException:
         pass
-    data = json.dumps({"error": error, "value": value, "cpu": cpu}).encode()
-    while data:
-        data = data[os.write(result_fd, data):]
+    _report(result_fd, {"error": error, "value": value, "cpu": cpu, "confinement": confinement})
     return 0 if error is None else 1
 
 sys.exit(_main())
-""".replace("MAX_VALUE_CHARS", str(MAX_VALUE_CHARS))
+""".replace("MAX_VALUE_CHARS", str(MAX_VALUE_CHARS)).replace("SHED", repr(_SHED))
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +178,8 @@ class SandboxResult:
     timed_out: bool
     stderr: str = ""
     cpu_s: float | None = None  # the program's own CPU time, interpreter start excluded
+    # what the child reported in force before the program ran (None: it never got so far)
+    confinement: Confinement | None = field(default=None, compare=False)
 
 
 class _Capture:
@@ -184,12 +210,15 @@ def run_python(
     memory_mb: int = 256,
     call: str | None = None,
     stderr_bytes: int = MAX_OUTPUT_BYTES,
+    policy: Policy | None = None,
 ) -> SandboxResult:
     """Run ``code`` as ``__main__`` in a sandboxed child; then evaluate ``call``, if given.
 
     ``stdin`` is the program's standard input; of its standard error the first
-    ``stderr_bytes`` are kept. Never raises for anything the program does: failures,
-    limits and timeouts come back in the result.
+    ``stderr_bytes`` are kept. The child is confined by ``policy`` (default: every layer,
+    in the mode ``use_mode`` set, else strict); in strict mode a layer the kernel lacks
+    means the program does not run, and the result says why. Never raises for anything
+    the program does: failures, limits and timeouts come back in the result.
     """
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
@@ -199,11 +228,13 @@ def run_python(
         work = Path(tmp)
         (work / "program.py").write_text(code, encoding="utf-8", errors="replace")
         (work / "stdin.txt").write_text(stdin, encoding="utf-8", errors="replace")
-        return _run(work, timeout_s, memory_mb, call or "", stderr_bytes)
+        return _run(
+            work, timeout_s, memory_mb, call or "", stderr_bytes, policy or Policy(current_mode())
+        )
 
 
 def _run(
-    work: Path, timeout_s: float, memory_mb: int, call: str, stderr_bytes: int
+    work: Path, timeout_s: float, memory_mb: int, call: str, stderr_bytes: int, policy: Policy
 ) -> SandboxResult:
     cpu_s = math.ceil(timeout_s) + 1  # the wall-clock deadline normally fires first
     result_r, result_w = os.pipe()
@@ -216,8 +247,11 @@ def _run(
         "-c",
         _BOOTSTRAP,
         str(result_w),
+        _HOME,
         str(memory_mb * 1024 * 1024),
         str(cpu_s),
+        ",".join(sorted(policy.layers)),
+        "1" if policy.mode is SandboxMode.STRICT else "0",
         call,
     ]
     try:
@@ -263,11 +297,13 @@ def _run(
         error = _error(returncode, result, errs, expect_value=bool(call))
     value = None
     cpu: float | None = None
+    confinement = None
     if isinstance(result, dict):
         raw = result.get("value")
         value = raw if isinstance(raw, str) and error is None else None
         took = result.get("cpu")
         cpu = float(took) if isinstance(took, int | float) else None
+        confinement = Confinement.from_json(result.get("confinement"))
     return SandboxResult(
         ok=error is None,
         stdout=out.text(),
@@ -276,6 +312,7 @@ def _run(
         timed_out=timed_out,
         stderr=errs.text(),
         cpu_s=cpu,
+        confinement=confinement,
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import orjson
 
 from .harness import CALLS_HARNESS, MARK, TEST_HARNESS
+from .policy import Policy
 from .process import MAX_DRAIN_BYTES, run_python
 
 __all__ = [
@@ -51,6 +52,7 @@ def run_tests(
     timeout_s: float = TESTS_TIMEOUT_S,
     per_test_s: float = TESTS_PER_TEST_S,
     memory_mb: int = TESTS_MEMORY_MB,
+    policy: Policy | None = None,
 ) -> TestsRun:
     """Run ``code``, then each test (Python source) in its namespace, each one on its own.
 
@@ -58,14 +60,20 @@ def run_tests(
     test only; a failed ``assert a == b`` says what ``a`` was and, where ``a`` called the
     code, where that call returned and the code's own values there (its locals but the
     parameters, briefly); an exception raised in the code says where, with the values
-    there. Never raises for anything the program or its tests do.
+    there. ``policy`` as for ``run_python``. Never raises for anything the program or its
+    tests do.
     """
     call = f"exec({TEST_HARNESS!r}) or __refine_tests__({list(tests)!r}, {per_test_s!r})"
     # Each test's result comes on standard error, after whatever the program writes there:
     # all of it is read (the run is killed past MAX_DRAIN_BYTES), so that a program
     # writing much there, or many failing tests, cannot push the later results out.
     run = run_python(
-        code, call=call, timeout_s=timeout_s, memory_mb=memory_mb, stderr_bytes=MAX_DRAIN_BYTES
+        code,
+        call=call,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        stderr_bytes=MAX_DRAIN_BYTES,
+        policy=policy,
     )
     reported: list[str | None] = []
     started = False
@@ -95,18 +103,19 @@ def run_calls(
     timeout_s: float = TESTS_TIMEOUT_S,
     per_call_s: float = 0.5,
     memory_mb: int = TESTS_MEMORY_MB,
+    policy: Policy | None = None,
 ) -> tuple[str, ...] | None:
     """Run ``code``, then evaluate each call expression in its namespace: what each gave,
     as text (its repr, followed by `` [argument 1 changed]`` when the call changed a
     positional argument's value, ``raises ValueError``, ``raises RomanError(ValueError)`` for an
     error class of the code's own with its built-in base, ``timeout``). None when the program failed
-    before the calls ran or the run as a whole did not finish. Never raises for anything
-    the program does.
+    before the calls ran or the run as a whole did not finish. ``policy`` as for
+    ``run_python``. Never raises for anything the program does.
     """
     if not calls:
         return ()
     call = f"exec({CALLS_HARNESS!r}) or __refine_calls__({list(calls)!r}, {per_call_s!r})"
-    run = run_python(code, call=call, timeout_s=timeout_s, memory_mb=memory_mb)
+    run = run_python(code, call=call, timeout_s=timeout_s, memory_mb=memory_mb, policy=policy)
     if run.value is None:
         return None
     try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from pipeline.backends.local import ModelSpec
+from pipeline.serving import ModelSpec
 
 PARTS = 11  # more than 9, so the wheels' name order (1, 10, 11, 2, ...) differs from part order
 
@@ -77,7 +77,8 @@ def no_packages(requirements: Path, dest: Path) -> None:
     raise AssertionError(f"the package route was taken for {requirements}")
 
 
-# A stand-in for llama-server: the same flags, /health and /v1/models, --list-devices.
+# A stand-in for llama-server: the same flags, /health, /v1/models, a fixed chat answer and
+# --list-devices; FAKE_MODE makes it fail as real servers do.
 FAKE_SERVER = textwrap.dedent(
     """
     import argparse, json, os, signal, sys, time
@@ -101,6 +102,9 @@ FAKE_SERVER = textwrap.dedent(
     if os.environ.get("FAKE_MODE") == "die":
         print("error: failed to load model", file=sys.stderr, flush=True)
         sys.exit(3)
+    if os.environ.get("FAKE_MODE") == "sigill":  # as a build for another CPU dies
+        print("load_tensors: loading model tensors", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGILL)
     if os.environ.get("FAKE_MODE") == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if os.environ.get("FAKE_MODE") == "hang":
@@ -120,6 +124,16 @@ FAKE_SERVER = textwrap.dedent(
                 self._send({"status": "ok"})
             else:
                 self._send({"object": "list", "data": [{"id": args.alias, "object": "model"}]})
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if os.environ.get("FAKE_MODE") == "crash_on_answer":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            self._send({
+                "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ready"}}],
+                "usage": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14},
+            })
 
         def log_message(self, *a):
             pass

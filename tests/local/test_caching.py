@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pipeline.backends.local import LocalModel, LocalServer, ServerStartError
-from pipeline.backends.local.caching import CACHE_MIB_ENV, DEFAULT_CACHE_MIB, cache_args
+from pipeline.serving import LocalModel, LocalServer, ServerStartError
+from pipeline.serving.caching import CACHE_MIB_ENV, DEFAULT_CACHE_MIB, cache_args
 
 from .fakes import FAKE_SERVER
 

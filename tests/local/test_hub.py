@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.local import (
+from pipeline.serving import (
     HubFile,
     ModelFetchError,
     ModelIntegrityError,
@@ -16,7 +16,7 @@ from pipeline.backends.local import (
     parse_hub_ref,
     resolve_model,
 )
-from pipeline.backends.local.hub import format_hub_ref
+from pipeline.serving.hub import format_hub_ref
 
 from .fakes import (
     FakeDownloader,

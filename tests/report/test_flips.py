@@ -71,7 +71,7 @@ def test_correction_and_introduction_rates(tmp_path: Path) -> None:
     m = correct(flips)
     first, second = (r.rates for r in m.rounds)
     assert first == Rates(n=5, right_before=3, fixed=2, broken=1)
-    assert (first.correction, first.introduction) == (1.0, pytest.approx(1 / 3))
+    assert first.correction == 1.0 and first.introduction == pytest.approx(1 / 3)
     assert second == Rates(n=5, right_before=4, fixed=0, broken=1)
     assert (second.correction, second.introduction) == (0.0, 0.25)
     assert m.chosen.rates == Rates(n=5, right_before=3, fixed=2, broken=0)

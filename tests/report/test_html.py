@@ -6,7 +6,7 @@ import base64
 import re
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 import pytest
@@ -25,7 +25,7 @@ class Page(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.attrs: list[tuple[str, str, str]] = []  # (tag, name, value)
         self.scripts: list[tuple[str | None, str]] = []  # (id, text)
-        self._script: str | bool | None = False
+        self._script: str | Literal[False] | None = False  # False: outside a script
         self._buffer: list[str] = []
         self.feed(text)
         self.close()

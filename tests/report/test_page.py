@@ -22,7 +22,7 @@ from pipeline.report import write_report
 from tests.report.runs import Reported, make_run, record, step
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Dialog, Page
 
 pytestmark = pytest.mark.usefixtures("matplotlib")
 
@@ -85,7 +85,12 @@ def visit(browser: Browser, path: Path, fragment: str = "") -> Visit:
     )
     page.on("pageerror", lambda e: seen.problems.append(f"page error: {e}"))
     page.on("request", lambda r: seen.requests.append(r.url))
-    page.on("dialog", lambda d: (seen.dialogs.append(d.message), d.dismiss()))
+
+    def dismiss(dialog: Dialog) -> None:
+        seen.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
     page.goto(path.as_uri() + (f"#{fragment}" if fragment else ""))
     page.wait_for_load_state("load")
     return seen
@@ -312,10 +317,10 @@ def test_word_diff_reads_back_both_texts(diff_page: Page) -> None:
     pairs = []
     for _ in range(40):
         a = "".join(rng.choice(words) for _ in range(rng.randrange(0, 60)))
-        b = list(a)
+        edited = list(a)
         for _ in range(rng.randrange(0, 8)):
-            b.insert(rng.randrange(0, len(b) + 1), rng.choice(words))
-        pairs.append([a, "".join(b)])
+            edited.insert(rng.randrange(0, len(edited) + 1), rng.choice(words))
+        pairs.append([a, "".join(edited)])
     # Past the edit budget the diff gives up on detail: old text out, new text in.
     far = [" ".join(f"w{i}" for i in range(3000)), " ".join(f"v{i}" for i in range(3000))]
     pairs.append(far)

@@ -1,43 +1,53 @@
-"""Batch API mode (``--batch``): every round of Self-Refine through ``/v1/batches``.
+"""The Batch API backend (``--batch``): every round of Self-Refine through ``/v1/batches``.
 
-config   file limits, window and pacing (``REFINE_BATCH_*`` overrides)
-api      files and batches at an endpoint (a protocol, and the openai SDK's)
-lines    batch input and output lines: building, splitting, reading (pure)
-ledger   RUN_DIR/batches.jsonl: what became of every batch
-driver   the rounds: fill the window, look at batches in flight, send the next calls
-base     the driver's state and bookkeeping
-collecting  batches polled, their lines applied as checkpointed steps
-sending  the next call of every waiting record, batched within the limits
-cancel   `refine cancel`: cancel a run's batches in flight
+::
+
+    backend  BatchBackend: chosen by name, it refuses the local model and opens the driver
+    driver   BatchDriver, the rounds: fill the window, look at batches, send the next calls
+    window   the records the driver holds, their next calls and their batches
+    control  the paced control requests, their outage, finding batches and files again
+    api      files and batches at an endpoint (a protocol, and the openai SDK's), by side
+    lines    batch input and output lines: building, splitting, reading (pure)
+    ledger   RUN_DIR/batches.jsonl: what became of every batch
+    config   file limits, window and pacing (``REFINE_BATCH_*`` overrides)
+
+``refine cancel`` (``pipeline.commands.cancel``) uses the api and the ledger.
 """
 
 from .api import (
     BatchAPI,
-    BatchClients,
     BatchInfo,
     OpenAIBatchAPI,
     Side,
-    check_settings,
-    open_clients,
+    Sides,
+    find_by_token,
+    find_upload,
+    input_file_name,
+    open_sides,
 )
-from .cancel import acancel, cancel
+from .backend import BatchBackend
 from .config import BatchConfig
-from .driver import run_batches
-from .ledger import Ledger, LedgerState, read_ledger
+from .driver import BatchDriver
+from .ledger import Entry, Ledger, LedgerState, read_ledger
+
+backend_class = BatchBackend  # what ``pipeline.backends.named("batch")`` builds
 
 __all__ = [
     "BatchAPI",
-    "BatchClients",
+    "BatchBackend",
     "BatchConfig",
+    "BatchDriver",
     "BatchInfo",
+    "Entry",
     "Ledger",
     "LedgerState",
     "OpenAIBatchAPI",
     "Side",
-    "acancel",
-    "cancel",
-    "check_settings",
-    "open_clients",
+    "Sides",
+    "backend_class",
+    "find_by_token",
+    "find_upload",
+    "input_file_name",
+    "open_sides",
     "read_ledger",
-    "run_batches",
 ]

@@ -6,12 +6,12 @@ driver is the one retry layer, and tries a failed request again at its next poll
 ``batches.create`` whose outcome is unknown is first looked for by its token, never
 blindly repeated). Failures are translated here into the package's errors: 401/403 into
 AuthError, everything else into a CallError carrying the status or the failure kind.
+``Sides`` holds a run's endpoints by side (generator, critic), ``open_sides`` opens them.
 """
 
 from __future__ import annotations
 
 import functools
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,27 +21,25 @@ import anyio
 import openai
 
 from ...client.chat import error_message, redact
+from ...client.reach import PREFLIGHT_S, preflight
 from ...client.retry import classify_status
 from ...core.steps import Role
-from ...errors import AuthError, CallError, ConfigError
-from ...runs.settings import Settings
-from .config import BatchConfig
+from ...errors import AuthError, CallError
 
 __all__ = [
     "ENDPOINT",
     "TERMINAL",
     "TOKEN_KEY",
     "BatchAPI",
-    "BatchClients",
     "BatchInfo",
     "BatchIssue",
     "OpenAIBatchAPI",
     "Side",
-    "check_settings",
+    "Sides",
     "find_by_token",
     "find_upload",
     "input_file_name",
-    "open_clients",
+    "open_sides",
 ]
 
 ENDPOINT: Final = "/v1/chat/completions"
@@ -274,6 +272,10 @@ class OpenAIBatchAPI:
             if err.status != 404:
                 raise
 
+    async def preflight(self, timeout: float = PREFLIGHT_S) -> None:
+        """Raise UnreachableError when the endpoint cannot be reached (``reach.preflight``)."""
+        await preflight([self._sdk], timeout)
+
     async def aclose(self) -> None:
         """Close the connections."""
         await self._sdk.close()
@@ -325,39 +327,23 @@ class Side:
     api: BatchAPI
 
 
-class BatchClients:
-    """A run's Batch API endpoints by side, the driver's limits and its clock."""
+class Sides:
+    """A run's Batch API endpoints by side: the generator's, and the critic's when the
+    critic is another model."""
 
-    __slots__ = (
-        "calls",
-        "clock",
-        "config",
-        "critic",
-        "generator",
-        "rate_limited",
-        "retries",
-        "sleep",
-    )
+    __slots__ = ("critic", "generator")
 
-    def __init__(
-        self,
-        generator: Side,
-        critic: Side | None = None,
-        *,
-        config: BatchConfig | None = None,
-        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, generator: Side, critic: Side | None = None) -> None:
         self.generator = generator
         self.critic = critic
-        self.config = config or BatchConfig()
-        # The waits between polls and the clock that times refusals and outages (tests
-        # pass a fake clock's, so no test sleeps for real).
-        self.sleep = sleep
-        self.clock = clock
-        self.calls = 0  # batch lines answered and checkpointed
-        self.retries = 0  # failed lines sent again in a later batch
-        self.rate_limited = 0  # batch creations refused for a queue or token limit
+
+    @classmethod
+    def over(cls, api: BatchAPI, generator: str, critic: str | None = None) -> Sides:
+        """Both sides at one endpoint: ``api`` serving the models named."""
+        return cls(
+            Side("generator", generator, api),
+            None if critic is None else Side("critic", critic, api),
+        )
 
     def side(self, role: Role) -> Side:
         """The side that serves ``role``: the critic serves feedback when there is one."""
@@ -369,46 +355,38 @@ class BatchClients:
         """The side a ledger entry names."""
         return self.critic if name == "critic" and self.critic is not None else self.generator
 
-    def stats(self) -> tuple[int, int, int]:
-        """Lines answered, lines retried and refused creations."""
-        return self.calls, self.retries, self.rate_limited
-
-    async def aclose(self) -> None:
-        """Close every endpoint's connections (once each)."""
+    def apis(self) -> list[BatchAPI]:
+        """Each endpoint once."""
         apis = [self.generator.api]
         if self.critic is not None and self.critic.api is not self.generator.api:
             apis.append(self.critic.api)
+        return apis
+
+    async def aclose(self) -> None:
+        """Close every endpoint's connections (once each)."""
         with anyio.CancelScope(shield=True):
-            for api in apis:
+            for api in self.apis():
                 await api.aclose()
 
 
-def check_settings(settings: Settings) -> None:
-    """Refuse settings the Batch API cannot serve (before any model is started)."""
-    if settings.local or settings.critic_is_local:
-        raise ConfigError(
-            "--batch needs an endpoint with the Batch API (/v1/batches); "
-            "the embedded local model has none"
-        )
-
-
-def open_clients(
-    settings: Settings,
+def open_sides(
     api_key: str | None,
+    timeout: float,
     generator: tuple[str, str | None],
     critic: tuple[str, str | None] | None = None,
-) -> BatchClients:
-    """The Batch API clients of a run: (model, base URL) of the generator and the critic."""
-    timeout = settings.timeout or 60.0
+) -> tuple[Sides, list[OpenAIBatchAPI]]:
+    """The Batch API endpoints of (model, base URL) of the generator and the critic; the
+    endpoints opened, each once (the critic's is the generator's at the same URL)."""
     gen_api = OpenAIBatchAPI(generator[1], api_key, timeout)
+    opened = [gen_api]
     critic_side = None
     if critic is not None:
-        same = critic[1] == generator[1]
-        api = gen_api if same else OpenAIBatchAPI(critic[1], api_key, timeout)
+        api = gen_api
+        if critic[1] != generator[1]:
+            api = OpenAIBatchAPI(critic[1], api_key, timeout)
+            opened.append(api)
         critic_side = Side("critic", critic[0], api)
-    return BatchClients(
-        Side("generator", generator[0], gen_api), critic_side, config=BatchConfig.from_env()
-    )
+    return Sides(Side("generator", generator[0], gen_api), critic_side), opened
 
 
 async def find_upload(

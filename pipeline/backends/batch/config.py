@@ -31,8 +31,6 @@ class BatchConfig:
     window: int = 100_000
     creates_per_s: float = 2.0  # uploads and batch creations, at a fixed pace
     polls_per_s: float = 10.0  # retrieves, listings, downloads and deletions, at a fixed pace
-    # A fault-injection point for crash tests: the process kills itself with SIGKILL there.
-    crash: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_lines", "max_bytes", "window"):
@@ -50,9 +48,6 @@ class BatchConfig:
         for f in fields(cls):
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is None or raw == "":
-                continue
-            if f.name == "crash":
-                values[f.name] = raw
                 continue
             try:
                 values[f.name] = float(raw) if f.name.endswith("_per_s") else int(raw)

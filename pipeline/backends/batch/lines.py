@@ -16,6 +16,7 @@ import orjson
 
 from ...client.chat import read_answer
 from ...client.retry import classify_status
+from ...core.steps import Request
 from ...errors import AuthError, CallError
 from .api import ENDPOINT
 
@@ -28,6 +29,7 @@ __all__ = [
     "line_index",
     "read_output",
     "read_result",
+    "request_body",
     "split",
 ]
 
@@ -50,6 +52,22 @@ def line_index(cid: Any, token: str) -> int | None:
     if not sep or head != token or not tail.isdigit():
         return None
     return int(tail)
+
+
+def request_body(
+    model: str, sent: list[dict[str, str]], request: Request, extra: Mapping[str, Any]
+) -> bytes:
+    """A line's request body (JSON bytes): ``request`` for ``model``, its messages as
+    ``sent`` with the format's fields ``extra`` (both as the format ladder gives them)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": sent,
+        "temperature": request.temperature,
+        "max_tokens": request.max_tokens,
+    }
+    if request.frequency_penalty is not None:
+        body["frequency_penalty"] = request.frequency_penalty
+    return orjson.dumps({**body, **extra})
 
 
 def input_line(cid: str, body: bytes) -> bytes:

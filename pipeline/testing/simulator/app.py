@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from .anthropic import AnthropicApi, is_anthropic
+from .anthropic.errors import error_reply as anthropic_error
+from .anthropic.errors import new_id
 from .auth import auth_error
 from .batches import BatchStore
 from .config import SimConfig
 from .engine import Engine, models_reply
 from .files import MAX_UPLOAD_BYTES, FileStore
 from .log import RequestLog, RequestLogger
-from .replies import Reply, error_reply, json_reply
+from .replies import Reply, error_body, error_reply, json_reply
 
-__all__ = ["MAX_BODY_BYTES", "App"]
+__all__ = ["MAX_BODY_BYTES", "App", "Clock"]
+
+Clock = Callable[[], float]  # seconds, monotonic: the server's clock
 
 MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 
@@ -24,14 +30,25 @@ def _noop() -> None:
 
 
 class App:
-    """The simulated API: chat completions, models, files and batches."""
+    """The simulated APIs: OpenAI's chat completions, models, files and batches; Anthropic's
+    messages and Message Batches (``anthropic``). Time is ``clock``'s."""
 
-    def __init__(self, config: SimConfig, log_path: Path | None, *, keep_requests: bool) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        log_path: Path | None,
+        *,
+        keep_requests: bool,
+        clock: Clock = time.monotonic,
+    ) -> None:
         self.config = config
+        self.clock = clock
+        self.wall0 = time.time() - clock()  # Unix time at clock zero
         self.logger = RequestLogger(log_path, keep=keep_requests)
         self.engine = Engine(self.logger)
         self.files = FileStore()
-        self.batches = BatchStore(self.engine, self.files, time.time() - time.monotonic())
+        self.batches = BatchStore(self.engine, self.files, self.wall0)
+        self.anthropic = AnthropicApi(self.logger, self.engine.bill, self.wall0)
         # Set by the server: wakes the loop that advances batches once one is created.
         self.wake = _noop
 
@@ -42,7 +59,9 @@ class App:
 
     def open(self) -> None:
         """Start the clock and open the request log."""
-        self.engine.open(time.monotonic())
+        now = self.clock()
+        self.engine.open(now)
+        self.anthropic.open(now)
         self.logger.open()
 
     def close(self) -> None:
@@ -51,9 +70,21 @@ class App:
 
     def body_limit(self, method: str, target: str) -> int:
         """The largest request body accepted for this request line."""
-        if method == "POST" and target.split("?", 1)[0].rstrip("/") == "/v1/files":
+        path = target.split("?", 1)[0].rstrip("/")
+        if method == "POST" and path == "/v1/files":
             return MAX_UPLOAD_BYTES
-        return MAX_BODY_BYTES
+        limit = self.anthropic.body_limit(self.config, method, path)
+        return limit if limit is not None else MAX_BODY_BYTES
+
+    def refusal(self, status: int, message: str, target: str | None) -> Reply:
+        """An error the HTTP layer answers itself, in the dialect of the route asked for."""
+        path = (target or "").split("?", 1)[0]
+        if path.startswith("/v1/messages"):
+            if status == 413:
+                message = "Request exceeds the maximum allowed number of bytes."
+            return anthropic_error(status, message, new_id("req_"))
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        return Reply(status, error_body(message, kind))
 
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Reply:
         """Answer one request."""
@@ -61,7 +92,12 @@ class App:
         if len(path) > 1 and path.endswith("/"):
             path = path.rstrip("/")
         cfg = self.config
-        now = time.monotonic()
+        now = self.clock()
+        if is_anthropic(path, headers):
+            reply = self.anthropic.handle(cfg, method, path, query, headers, body, now)
+            if method == "POST" and path.startswith("/v1/messages/batches") and reply.status == 200:
+                self.wake()
+            return reply
         if path == "/v1/chat/completions" and method == "POST":
             return self.engine.chat(cfg, headers, body, now)
         if path == "/v1/sim/bill" and method == "GET":  # the server's own bill, for tests
@@ -89,4 +125,6 @@ class App:
 
     def tick(self) -> bool:
         """Advance the batches to now; return whether any is still in flight."""
-        return self.batches.advance(self.config, time.monotonic())
+        now = self.clock()
+        openai = self.batches.advance(self.config, now)
+        return self.anthropic.tick(now) or openai

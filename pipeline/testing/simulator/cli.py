@@ -12,7 +12,7 @@ from .answerkey import AnswerKey
 from .config import FAULTS, STRUCTURED_LEVELS, SimConfig
 from .server import Simulator
 
-__all__ = ["build_parser", "main"]
+__all__ = ["DESCRIPTION", "build_parser", "main", "notice"]
 
 
 def _outage(text: str) -> tuple[float, float]:
@@ -39,49 +39,149 @@ def _optional_int(text: str) -> int | None:
     return None if text.lower() in ("", "none", "off") else int(text)
 
 
+DESCRIPTION = """\
+An HTTP server speaking OpenAI's API (base URL: the printed URL) and Anthropic's Messages
+API and Message Batches (base URL: the printed URL without /v1), for tests, benchmarks
+and `scripts/demo --simulated`.
+Its answers are synthetic: deterministic prose, code and JSON made from the request and
+the seed (JSON valid against the request's schema), never a model's. It accepts any model
+name unless --models names some, and any API key unless --api-key sets one. It prints
+"listening URL" on stdout once ready and serves until SIGTERM or SIGINT."""
+
+_FAULT_HELP = {
+    "p_500": "probability that a request is answered 500 (server_error)",
+    "p_503": "probability that a request is answered 503 (overloaded)",
+    "p_hang": "probability that a request gets no answer for --hang seconds, then a reset",
+    "p_reset": "probability that the connection is reset with no answer",
+    "p_truncate": "probability that an answer's body is cut off mid-way",
+    "p_length": "probability that an answer is cut at max_tokens (finish_reason length)",
+    "p_refusal": "probability that the model refuses (a refusal instead of content)",
+}
+
+
+def notice(config: SimConfig) -> str:
+    """What the simulator accepts and answers, said when it starts (on stderr)."""
+    models = "any model name" if config.models is None else "the models " + ", ".join(config.models)
+    key = "any API key" if config.api_key is None else "only the API key given by --api-key"
+    return f"simulator: accepts {models} and {key}; its answers are synthetic, not a model's"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The simulator's argument parser (defaults from ``SimConfig``)."""
     parser = argparse.ArgumentParser(
         prog="python -m pipeline.testing.simulator",
-        description="OpenAI-compatible HTTP server simulator (prints 'listening URL' when ready).",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--log", dest="log_path", default=None, help="append JSONL request log")
     d = SimConfig()
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     parser.add_argument(
-        "--latency", "--latency-s", dest="latency_s", type=float, default=d.latency_s
+        "--port", type=int, default=0, help="port to listen on (0: a free one, printed)"
     )
-    parser.add_argument("--jitter", "--jitter-s", dest="jitter_s", type=float, default=d.jitter_s)
-    parser.add_argument("--p-done", dest="p_done", type=float, default=d.p_done)
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--api-key", dest="api_key", default=d.api_key)
-    parser.add_argument(
+    parser.add_argument("--log", dest="log_path", default=None, help="append JSONL request log")
+    answers = parser.add_argument_group("answers")
+    answers.add_argument(
+        "--latency",
+        "--latency-s",
+        dest="latency_s",
+        type=float,
+        default=d.latency_s,
+        help=f"seconds before each answer (default: {d.latency_s})",
+    )
+    answers.add_argument(
+        "--jitter",
+        "--jitter-s",
+        dest="jitter_s",
+        type=float,
+        default=d.jitter_s,
+        help=f"up to this many seconds added to or taken from the latency (default: {d.jitter_s})",
+    )
+    answers.add_argument(
+        "--p-done",
+        dest="p_done",
+        type=float,
+        default=d.p_done,
+        help=f"share of feedback answers whose done field is true (default: {d.p_done})",
+    )
+    answers.add_argument(
+        "--seed", type=int, default=d.seed, help="seed of the answers and the jitter (default: 0)"
+    )
+    answers.add_argument(
+        "--api-key",
+        dest="api_key",
+        default=d.api_key,
+        help="answer 401 to requests without this bearer token (default: accept any key)",
+    )
+    answers.add_argument(
         "--models",
         "--model",
         dest="models",
         action="append",
         default=None,
-        help="accepted model names (comma separated and/or repeated)",
+        help="accepted model names, comma separated and/or repeated; others get 404 "
+        "(default: accept any name)",
     )
-    parser.add_argument("--structured", choices=STRUCTURED_LEVELS, default=d.structured)
-    parser.add_argument("--fence-json", dest="fence_json", action="store_true")
-    parser.add_argument("--rpm", type=float, default=d.rpm)
-    parser.add_argument("--tpm", type=float, default=d.tpm)
+    answers.add_argument(
+        "--structured",
+        choices=STRUCTURED_LEVELS,
+        default=d.structured,
+        help="the strongest response_format supported: json_schema, json_object only, or "
+        "none (400 for any response_format); Anthropic's output_config is taken at "
+        "json_schema only (default: json_schema)",
+    )
+    answers.add_argument(
+        "--fence-json",
+        dest="fence_json",
+        action="store_true",
+        help="wrap JSON answers in a ```json fence, as some models do",
+    )
+    limits = parser.add_argument_group("rate limits")
+    limits.add_argument(
+        "--rpm",
+        type=float,
+        default=d.rpm,
+        help="requests per minute, each API its own bucket, else 429 (default: none)",
+    )
+    limits.add_argument(
+        "--tpm",
+        type=float,
+        default=d.tpm,
+        help="OpenAI's tokens per minute, else 429 (default: none)",
+    )
+    faults = parser.add_argument_group("faults")
     for name in FAULTS:
         flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, dest=name, type=float, default=getattr(d, name))
-    parser.add_argument("--hang", "--hang-s", dest="hang_s", type=float, default=d.hang_s)
-    parser.add_argument(
+        faults.add_argument(
+            flag,
+            dest=name,
+            type=float,
+            default=getattr(d, name),
+            help=f"{_FAULT_HELP[name]} (default: {getattr(d, name)})",
+        )
+    faults.add_argument(
+        "--hang",
+        "--hang-s",
+        dest="hang_s",
+        type=float,
+        default=d.hang_s,
+        help=f"seconds a hanging request waits before its reset (default: {d.hang_s:g})",
+    )
+    faults.add_argument(
         "--outage",
         "--outages",
         dest="outages",
         type=_outage,
         action="append",
         default=[],
-        help="START:END seconds since server start (repeatable)",
+        help="START:END seconds since server start answering 503 (repeatable)",
     )
-    parser.add_argument("--faults-seed", dest="faults_seed", type=int, default=d.faults_seed)
+    faults.add_argument(
+        "--faults-seed",
+        dest="faults_seed",
+        type=int,
+        default=d.faults_seed,
+        help="seed of the fault draws, apart from the answers' (default: 0)",
+    )
     real = parser.add_argument_group("faults as real providers send them")
     real.add_argument(
         "--retry-after",
@@ -100,7 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     real.add_argument(
         "--poison", default=d.poison, help="requests whose messages hold this text always fail"
     )
-    real.add_argument("--poison-status", dest="poison_status", type=int, default=d.poison_status)
+    real.add_argument(
+        "--poison-status",
+        dest="poison_status",
+        type=int,
+        default=d.poison_status,
+        help=f"the status those requests get (default: {d.poison_status})",
+    )
     real.add_argument(
         "--context-limit",
         dest="context_limit",
@@ -125,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_cache_and_tiers(parser, d)
     _add_answer_key(parser, d)
-    batch = parser.add_argument_group("Batch API")
+    _add_anthropic(parser, d)
+    batch = parser.add_argument_group("Batch API (the timings and failures: Message Batches too)")
     for flag, name, kind, help_ in (
         ("--batch-validating", "batch_validating_s", float, "seconds a batch spends validating"),
         ("--batch-delay", "batch_delay_s", float, "seconds in progress (the completion delay)"),
@@ -212,6 +319,44 @@ def _add_answer_key(parser: argparse.ArgumentParser, d: SimConfig) -> None:
     )
 
 
+def _add_anthropic(parser: argparse.ArgumentParser, d: SimConfig) -> None:
+    """Anthropic's Messages API: its limits, its own faults, its cache, Message Batches."""
+    group = parser.add_argument_group(
+        "Anthropic (Messages API, Message Batches)",
+        "p-500, p-hang, p-reset, p-truncate, p-length, p-refusal, outages, throttles, poison, "
+        "context-limit, quota and retry-after apply to it too, in Anthropic's words; "
+        "p-503 does not (its overload is --p-529).",
+    )
+    for flag, name, kind, help_ in (
+        ("--itpm", "itpm", float, "input tokens per minute (uncached and cache writes)"),
+        ("--otpm", "otpm", float, "output tokens per minute (max_tokens, then settled)"),
+        ("--p-429", "p_429", float, "share of messages refused 429 rate_limit_error"),
+        ("--p-529", "p_529", float, "share of messages refused 529 overloaded_error"),
+        (
+            "--cache-min-tokens",
+            "cache_min_tokens",
+            _optional_int,
+            "shortest cacheable prefix for every model (none: each model's documented one)",
+        ),
+        (
+            "--message-batch-max-requests",
+            "message_batch_max_requests",
+            int,
+            "requests per Message Batch at most",
+        ),
+        (
+            "--message-batch-max-bytes",
+            "message_batch_max_bytes",
+            int,
+            "Message Batch request body at most (beyond: 413)",
+        ),
+    ):
+        default = getattr(d, name)
+        group.add_argument(
+            flag, dest=name, type=kind, default=default, help=f"{help_} (default: {default})"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the simulator as a process until SIGTERM/SIGINT."""
     values: dict[str, Any] = vars(build_parser().parse_args(argv))
@@ -231,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     def announce(url: str) -> None:
+        print(notice(config), file=sys.stderr, flush=True)
         sys.stdout.write(f"listening {url}\n")
         sys.stdout.flush()
 

@@ -11,6 +11,7 @@ __all__ = [
     "BATCH_ENDPOINT",
     "DEFAULT_MODEL",
     "FAULTS",
+    "MESSAGES_FAULTS",
     "STRUCTURED_LEVELS",
     "SimConfig",
 ]
@@ -20,10 +21,25 @@ DEFAULT_MODEL: Final = "sim-model"
 BATCH_ENDPOINT: Final = "/v1/chat/completions"
 # Real-time faults, in the fixed order their random draws are taken (reproducibility).
 FAULTS: Final = ("p_500", "p_503", "p_hang", "p_reset", "p_truncate", "p_length", "p_refusal")
+# The same for Anthropic's Messages API (its own random stream): 500 api_error, 529
+# overloaded_error, 429 rate_limit_error, then the transport faults and the answers cut at
+# max_tokens or refused.
+MESSAGES_FAULTS: Final = (
+    "p_500",
+    "p_529",
+    "p_429",
+    "p_hang",
+    "p_reset",
+    "p_truncate",
+    "p_length",
+    "p_refusal",
+)
 _PROBABILITIES: Final = (
     "p_done",
     "p_right",
     *FAULTS,
+    "p_429",
+    "p_529",
     "p_line_fail",
     "p_batch_expire",
     "expire_fraction",
@@ -133,6 +149,20 @@ class SimConfig:
         """The probability that a refinement about a known question is right."""
         return self.p_right if self.p_right_refined is None else self.p_right_refined
 
+    # Anthropic's Messages API (see ``anthropic``). ``rpm`` limits its requests too (a bucket
+    # of its own); ``itpm`` and ``otpm`` its input and output tokens per minute, separately.
+    # ``p_429`` and ``p_529`` are faults only it sends (429 rate_limit_error, 529
+    # overloaded_error; ``p_503`` stays OpenAI's). ``cache_min_tokens`` replaces every
+    # model's documented minimum cacheable prefix. Message Batches take at most
+    # ``message_batch_max_requests`` requests and ``message_batch_max_bytes`` of body.
+    itpm: float | None = None
+    otpm: float | None = None
+    p_429: float = 0.0
+    p_529: float = 0.0
+    cache_min_tokens: int | None = None
+    message_batch_max_requests: int = 100_000
+    message_batch_max_bytes: int = 256 * 1024 * 1024
+
     def __post_init__(self) -> None:
         if self.structured not in STRUCTURED_LEVELS:
             raise ValueError(
@@ -147,7 +177,7 @@ class SimConfig:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)!r}")
         if self.flex_slowdown < 1:
             raise ValueError(f"flex_slowdown must be at least 1, not {self.flex_slowdown!r}")
-        for name in ("rpm", "tpm"):
+        for name in ("rpm", "tpm", "itpm", "otpm"):
             limit = getattr(self, name)
             if limit is not None and not limit > 0:
                 raise ValueError(f"{name} must be positive when set, not {limit!r}")
@@ -161,7 +191,12 @@ class SimConfig:
             raise ValueError(
                 f"line_fail_statuses must be HTTP error statuses, not {self.line_fail_statuses!r}"
             )
-        for name in ("batch_max_requests", "batch_max_bytes"):
+        for name in (
+            "batch_max_requests",
+            "batch_max_bytes",
+            "message_batch_max_requests",
+            "message_batch_max_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)!r}")
         for name in ("batch_token_limit", "batch_max_in_progress"):
@@ -176,7 +211,7 @@ class SimConfig:
             raise ValueError(f"retry_after_unit must be 's' or 'ms', not {self.retry_after_unit!r}")
         if not 500 <= self.poison_status <= 599:
             raise ValueError(f"poison_status must be a 5xx status, not {self.poison_status!r}")
-        for name in ("context_limit", "quota_requests"):
+        for name in ("context_limit", "quota_requests", "cache_min_tokens"):
             limit = getattr(self, name)
             if limit is not None and limit < 0:
                 raise ValueError(f"{name} must not be negative, not {limit!r}")

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Final, Protocol, cast
 
 from .log import RequestLog
-from .replies import REASONS, Reply, error_body
+from .replies import REASONS, Reply
 
 __all__ = ["MAX_HEAD_BYTES", "Connection", "Handler", "HttpServer"]
 
@@ -40,6 +40,11 @@ class Handler(Protocol):
 
     def record(self, entry: RequestLog) -> None:
         """Log a request as its reply goes out (or its client leaves first)."""
+        ...
+
+    def refusal(self, status: int, message: str, target: str | None) -> Reply:
+        """The error reply for a request this layer refuses (``target``: its request target,
+        when known), in the error shape of the API it was meant for."""
         ...
 
 
@@ -159,7 +164,7 @@ class Connection(asyncio.Protocol):
             try:
                 reply = self.server.handler.handle(method, target, headers, body)
             except Exception as exc:  # never let a bug kill the connection silently
-                reply = Reply(500, error_body(f"Simulator error: {exc!r}", "server_error"))
+                reply = self.server.handler.refusal(500, f"Simulator error: {exc!r}", target)
             if not keep_alive:
                 reply.close = True
             self.dispatch(reply)
@@ -179,22 +184,22 @@ class Connection(asyncio.Protocol):
                 if len(buf) < 2:
                     return None
                 if buf[:2] != b"\r\n":
-                    self.fail(400, "Malformed chunked body.")
+                    self.fail(400, "Malformed chunked body.", self.target())
                     return None
                 del buf[:2]
                 self.chunk_left = -1
             end = buf.find(b"\r\n")
             if end < 0:
                 if len(buf) > _MAX_CHUNK_LINE:
-                    self.fail(400, "Malformed chunked body.")
+                    self.fail(400, "Malformed chunked body.", self.target())
                 return None
             try:
                 size = int(bytes(buf[:end]).split(b";", 1)[0].strip(), 16)
             except ValueError:
-                self.fail(400, "Malformed chunked body.")
+                self.fail(400, "Malformed chunked body.", self.target())
                 return None
             if size < 0 or len(out) + size > limit:
-                self.fail(413, "Request body too large.")
+                self.fail(413, "Request body too large.", self.target())
                 return None
             if size > 0:
                 del buf[: end + 2]
@@ -241,15 +246,21 @@ class Connection(asyncio.Protocol):
         except ValueError:
             length = -1
         if length < 0:
-            self.fail(400, "Invalid Content-Length.")
+            self.fail(400, "Invalid Content-Length.", target)
             return None
         if length > limit:
-            self.fail(413, "Request body too large.")
+            self.fail(413, "Request body too large.", target)
             return None
         return method, target, headers, length, keep_alive, False
 
-    def fail(self, status: int, message: str) -> None:
-        self.dispatch(Reply(status, error_body(message, "invalid_request_error"), close=True))
+    def target(self) -> str | None:
+        """The request target of the request being read, if its head was parsed."""
+        return self.head[1] if self.head is not None else None
+
+    def fail(self, status: int, message: str, target: str | None = None) -> None:
+        reply = self.server.handler.refusal(status, message, target)
+        reply.close = True
+        self.dispatch(reply)
 
     # -- replying --------------------------------------------------------------------------
 

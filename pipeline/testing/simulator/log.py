@@ -1,4 +1,4 @@
-"""The request log: one entry per chat completion, real-time or batch line."""
+"""The request log: one entry per model call (chat completion or message), real time or batch."""
 
 from __future__ import annotations
 
@@ -14,12 +14,15 @@ __all__ = ["RequestLog", "RequestLogger"]
 
 @dataclass(frozen=True, slots=True)
 class RequestLog:
-    """One chat completion: a request on ``/v1/chat/completions`` or a processed batch line.
+    """One model call: a request on ``/v1/chat/completions`` or ``/v1/messages``, or a
+    processed batch line.
 
     ``status`` is the HTTP status sent (0 when none was: hang, reset, client gone) or, for a
-    batch line, the line's ``response.status_code``. ``model`` and the token counts are the
-    server's own accounting (zero tokens when no answer was produced). Batch lines carry
-    ``batch_id`` and ``custom_id``; real-time requests have both ``None``.
+    batch line, the line's status (a Message Batches line: 200 when it succeeded, else its
+    error's status). ``model`` and the token counts are the server's own accounting (zero
+    tokens when no answer was produced; ``prompt_tokens`` counts every input token, cache
+    reads and writes included). Batch lines carry ``batch_id`` and ``custom_id``;
+    real-time requests have both ``None``. ``provider`` names the API: openai or anthropic.
     """
 
     t: float
@@ -33,6 +36,7 @@ class RequestLog:
     completion_tokens: int = 0
     batch_id: str | None = None
     custom_id: str | None = None
+    provider: str = "openai"
 
     @property
     def is_batch(self) -> bool:

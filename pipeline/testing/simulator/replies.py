@@ -35,6 +35,7 @@ REASONS: Final[dict[int, str]] = {
     500: "Internal Server Error",
     501: "Not Implemented",
     503: "Service Unavailable",
+    529: "Overloaded",
 }
 
 Action = Literal["send", "hang", "reset", "truncate"]

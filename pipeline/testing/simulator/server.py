@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from .app import App
+from .anthropic import BreakpointCache
+from .app import App, Clock
 from .caching import PrefixCache
 from .config import SimConfig
 from .http import HttpServer
@@ -55,7 +56,8 @@ async def _drive_batches(app: App, wake: asyncio.Event) -> None:
 
 
 class Simulator:
-    """The simulated OpenAI server; ``start()`` runs it on its own thread and event loop."""
+    """The simulated OpenAI and Anthropic server; ``start()`` runs it on its own thread and
+    event loop."""
 
     def __init__(
         self,
@@ -65,11 +67,14 @@ class Simulator:
         log_path: str | Path | None = None,
         *,
         keep_requests: bool = True,
+        clock: Clock = time.monotonic,
     ) -> None:
         """``keep_requests=False`` keeps no in-memory log (``requests`` stays empty), for long
-        benchmark runs; ``log_path`` still gets every line."""
+        benchmark runs; ``log_path`` still gets every line. ``clock`` is the server's time
+        (monotonic seconds): outages, batches, rate limits and cache lifetimes follow it, so
+        a test can pass one it advances by hand (latency stays real time)."""
         path = Path(log_path) if log_path is not None else None
-        self._app = App(config, path, keep_requests=keep_requests)
+        self._app = App(config, path, keep_requests=keep_requests, clock=clock)
         self._host = host
         self._port = port
         self._bound_port: int | None = None
@@ -89,10 +94,15 @@ class Simulator:
     @property
     def url(self) -> str:
         """The ``base_url`` for ``openai.AsyncOpenAI``: ``http://HOST:PORT/v1``."""
+        return f"{self.anthropic_url}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        """The ``base_url`` for ``anthropic.AsyncAnthropic``: ``http://HOST:PORT``."""
         if self._bound_port is None and self._port == 0:
             raise RuntimeError("the simulator is not listening yet; call start() first")
         host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self.port}/v1"
+        return f"http://{host}:{self.port}"
 
     @property
     def config(self) -> SimConfig:
@@ -101,13 +111,19 @@ class Simulator:
 
     @property
     def requests(self) -> list[RequestLog]:
-        """A snapshot of the chat completions so far: real-time requests and batch lines."""
+        """A snapshot of the model calls so far (chat completions and messages): real-time
+        requests and batch lines."""
         return self._app.logger.entries()
 
     @property
     def batches(self) -> list[dict[str, Any]]:
-        """A snapshot of every batch created, as the API shows it, oldest first."""
+        """A snapshot of every Batch API batch created, as the API shows it, oldest first."""
         return self._app.batches.objects()
+
+    @property
+    def message_batches(self) -> list[dict[str, Any]]:
+        """A snapshot of every Message Batch not deleted, as the API shows it, oldest first."""
+        return self._app.anthropic.batches.objects(self.anthropic_url, self._app.clock())
 
     @property
     def files(self) -> list[dict[str, Any]]:
@@ -121,13 +137,18 @@ class Simulator:
 
     @property
     def cache(self) -> PrefixCache:
-        """The prefix cache (``clear()`` it to start cold)."""
+        """OpenAI's prefix cache (``clear()`` it to start cold)."""
         return self._app.engine.cache
+
+    @property
+    def anthropic_cache(self) -> BreakpointCache:
+        """Anthropic's prompt cache (``clear()`` it to start cold)."""
+        return self._app.anthropic.messages.cache
 
     @property
     def uptime_s(self) -> float:
         """Seconds since the server started listening (the clock of ``outages`` and ``t``)."""
-        return time.monotonic() - self._app.t0
+        return self._app.clock() - self._app.t0
 
     def completed_bodies(self) -> list[dict[str, Any]]:
         """Request bodies of the completions that got a full, usable 200 answer."""
@@ -196,7 +217,7 @@ class Simulator:
                     loop.close()
                     self._ready.set()
 
-        self._thread = threading.Thread(target=run, name="openai-simulator", daemon=True)
+        self._thread = threading.Thread(target=run, name="api-simulator", daemon=True)
         self._thread.start()
         self._ready.wait()
         if self._error is not None:

@@ -9,7 +9,8 @@ billed at the batch rate; ``default`` and ``priority`` are echoed, ``auto`` is s
 The bill is the server's accounting of what each answer costs: prompt tokens not served
 from cache at the input price, cached ones at the cached price, completion tokens at the
 output price, times the tier's factor (flex and Batch API lines at ``batch_discount``).
-Tests compare it with the dollars a run reports.
+Anthropic's answers are billed by its own rules (``anthropic.prices``) and carry their
+cache writes. Tests compare it with the dollars a run reports.
 """
 
 from __future__ import annotations
@@ -69,11 +70,15 @@ class Charge:
     """One answer on the bill."""
 
     model: str
-    tier: str  # default, flex, priority, or batch (a Batch API line)
-    prompt_tokens: int
-    cached_tokens: int
+    tier: str  # default, flex, priority, or batch (a Batch API or Message Batches line)
+    prompt_tokens: int  # every input token, those read from and written to the cache included
+    cached_tokens: int  # read from the cache
     completion_tokens: int
     usd: float
+    # Written to Anthropic's cache, by TTL (OpenAI's cache writes are not billed).
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    provider: str = "openai"  # the API that answered: openai or anthropic
 
 
 class Bill:
@@ -94,7 +99,12 @@ class Bill:
             + cached * cfg.price_cached_input
             + completion * cfg.price_output
         ) / 1e6
-        entry = Charge(model, tier, prompt, cached, completion, usd * tier_factor(cfg, tier))
+        return self.add(
+            Charge(model, tier, prompt, cached, completion, usd * tier_factor(cfg, tier))
+        )
+
+    def add(self, entry: Charge) -> Charge:
+        """Put one answer's charge on the bill."""
         with self._lock:
             self._charges.append(entry)
         return entry
@@ -126,6 +136,8 @@ class Bill:
             "answers": len(charges),
             "prompt_tokens": sum(c.prompt_tokens for c in charges),
             "cached_tokens": sum(c.cached_tokens for c in charges),
+            "cache_write_5m_tokens": sum(c.cache_write_5m_tokens for c in charges),
+            "cache_write_1h_tokens": sum(c.cache_write_1h_tokens for c in charges),
             "completion_tokens": sum(c.completion_tokens for c in charges),
             "tiers": tiers,
             "charges": [asdict(c) for c in charges],
