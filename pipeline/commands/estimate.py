@@ -29,9 +29,7 @@ from pathlib import Path
 import anyio
 import orjson
 
-from ..client.anthropic.messages import min_cache_tokens
 from ..client.formats import LEVELS, FormatLadder
-from ..client.limits import estimate_tokens
 from ..client.models import ModelId
 from ..client.prices import Price, PriceBook, at_batch_rate, price_book
 from ..core.jobs import Job
@@ -43,6 +41,7 @@ from ..errors import ConfigError
 from ..io.records import count_records, read_records
 from ..runs.settings import Settings, effective_job
 from ..serving.registry import DEFAULT_MODEL as DEFAULT_LOCAL
+from .caches import cache_usage
 from .fit import Unfit, find_unfit
 
 __all__ = [
@@ -56,7 +55,6 @@ __all__ = [
     "render",
     "run_estimate",
     "sample_run",
-    "written_usage",
 ]
 
 PROMPT_RECORDS = 1000  # records whose prompts are built; the rest are scaled from them
@@ -80,9 +78,6 @@ SCENARIOS = (
     Scenario("expected", 0.5, 0.5, restarts=True),
     Scenario("high", 1.0, 1.0, restarts=True, copies=True),
 )
-# OpenAI's prefix cache: prompts from this many tokens on, served in steps of CACHE_STEP.
-CACHE_MIN_TOKENS = 1024
-CACHE_STEP = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,51 +143,6 @@ def _filler(tokens: int) -> str:
     return "word " * max(1, math.ceil(tokens * 4 / 5))
 
 
-def cacheable(shared_tokens: int) -> int:
-    """The prompt tokens a provider serves from cache for a prefix of ``shared_tokens``
-    already seen (OpenAI's rule: none below CACHE_MIN_TOKENS, then in CACHE_STEP steps)."""
-    if shared_tokens < CACHE_MIN_TOKENS:
-        return 0
-    return shared_tokens - (shared_tokens - CACHE_MIN_TOKENS) % CACHE_STEP
-
-
-def written_usage(prompt: int, shared: int, model: str, ttl: str | None) -> dict[str, int]:
-    """A call's prompt split as a cache with breakpoints bills it (Anthropic's): the prefix
-    it shares with an earlier call, read when it holds the model's minimum; the rest
-    written, when the prompt holds that minimum (every call marks its own end)."""
-    least = min_cache_tokens(model)
-    read = min(shared, prompt) if shared >= least else 0
-    written = prompt - read if prompt >= least else 0
-    return {
-        "prompt_tokens": prompt,
-        "cached_tokens": read,
-        "cache_write_tokens": written,
-        "cache_write_1h_tokens": written if ttl == "1h" else 0,
-    }
-
-
-def _flat(messages: Sequence[Mapping[str, str]]) -> str:
-    return "".join(f"\x00{m['role']}\x00{m['content']}" for m in messages)
-
-
-def _shared(text: str, seen: Sequence[str]) -> int:
-    """Tokens of the longest prefix ``text`` shares with a prompt sent before."""
-    best = max((_common(text, before) for before in seen), default=0)
-    return best // 4  # estimate_tokens' four characters a token
-
-
-def _common(a: str, b: str) -> int:
-    """The length of the longest common prefix of ``a`` and ``b`` (slices compare in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
 def _calls(job: Job, max_iters: int, scenario: Scenario) -> list[tuple[Role, Kind, int]]:
     """The (role, kind, iteration) sequence of one loop under ``scenario``."""
     k = math.ceil(max_iters * scenario.refinements)
@@ -237,22 +187,9 @@ def _one_loop(
         messages = build_messages(job, record, role, kind, t, steps, refined)
         schema = job.feedback_schema if role == "feedback" else None
         sent, _ = ladder.request(messages, schema, ladder.level)
-        flat = _flat(sent)
-        prompt = estimate_tokens(sent)
-        model = model_for[role]
-        if ModelId.parse(model).provider.writes_cache:
-            if schema is not None and LEVELS[ladder.level] != "text":
-                # Anthropic's output format or forced tool keys the cache apart: a feedback
-                # call reads what the record's previous feedback call wrote
-                flat = "\x01format" + flat
-            usage = written_usage(prompt, _shared(flat, seen), model, ttl)
-        else:
-            usage = {
-                "prompt_tokens": prompt,
-                "cached_tokens": min(prompt, cacheable(_shared(flat, seen))),
-            }
+        formatted = schema is not None and LEVELS[ladder.level] != "text"
+        usage = cache_usage(sent, model_for[role], formatted, seen, ttl)
         usage["completion_tokens"] = answer
-        seen.append(flat)
         into.add(usage, prices.price(model_for[role]), batch)
         output = None if role == "feedback" else text
         step = Step(role, t, sent, text, None, usage, 0.0, 1, output=output, kind=kind)
