@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from pipeline.errors import AuthError, CallError, ConfigError, UnavailableError
 from pipeline.report.aggregate import summarize
 from pipeline.runs.settings import resolve
 from pipeline.testing.simulator import SimConfig, Simulator
-from tests.helpers import NO_BACKOFF, read_jsonl, tasks, write_jsonl
+from tests.helpers import NO_BACKOFF, read_jsonl, tasks, wait_for_calls, write_jsonl
+from tests.test_cli import refine, run_args, start
 from tests.test_client import SCHEMA
 from tests.test_prefix_cache import long_tasks
 
@@ -338,3 +340,49 @@ def test_the_estimate_models_claudes_cache_writes_and_reads(tmp_path: Path) -> N
     assert high.cost_usd < high.uncached_cost_usd
     assert (long.scenarios["high"].cost_usd or 0) > high.cost_usd
     assert "cache writes" in render_estimate(short)
+
+
+def test_a_killed_claude_run_resumes_repeating_only_calls_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`refine run --model anthropic:NAME` SIGKILLed mid-run, then the same command: every
+    record done once, no call sent again and no answer billed but lost beyond those in
+    flight at the kill."""
+    n, concurrency = 16, 4
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(n))
+    out = tmp_path / "run"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    with Simulator(SimConfig(api_key=KEY, latency_s=0.03, p_done=0.0)) as sim:
+        args = (
+            *run_args(inp, out, sim.anthropic_url, "--model", MODEL, "--max-iters", "2"),
+            "--concurrency",
+            str(concurrency),
+            "--quiet",
+        )
+        proc = start(*args)
+        wait_for_calls(out, 20, proc)
+        proc.kill()
+        proc.communicate()
+        final = refine(*args)
+        sent = Counter(_conversation(b) for b in sim.completed_bodies())
+        bill = sim.bill.to_json()
+    assert proc.returncode == -9 and final.returncode == 0, final.stderr
+    outputs = read_jsonl(out / "outputs.jsonl")
+    assert sorted(o["id"] for o in outputs) == sorted(f"r{i}" for i in range(n))
+    assert all(o["status"] == "done" for o in outputs)
+    assert sum(count - 1 for count in sent.values()) <= concurrency
+    # Answers billed but lost with the process: at most the calls in flight at the kill.
+    lost = bill["answers"] - sum(o["usage"]["calls"] for o in outputs)
+    assert 0 <= lost <= concurrency
+    assert sum(o["cost_usd"] for o in outputs) <= bill["total_usd"] + 1e-9
+
+
+def _conversation(body: dict[str, Any]) -> bytes:
+    """A Messages request's system prompt and turns, without its cache breakpoints."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items() if k != "cache_control"}
+        return [plain(v) for v in value] if isinstance(value, list) else value
+
+    return orjson.dumps([plain(body.get("system")), plain(body["messages"])])
