@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from pipeline import Settings, run
+from pipeline.cli.parser import build_parser, settings_from_args
 from pipeline.client.anthropic import AnthropicClient
 from pipeline.client.budget import PROMPT_MARGIN, Budget
 from pipeline.client.limits import Limiter
@@ -386,3 +387,14 @@ def _conversation(body: dict[str, Any]) -> bytes:
         return [plain(v) for v in value] if isinstance(value, list) else value
 
     return orjson.dumps([plain(body.get("system")), plain(body["messages"])])
+
+
+def test_the_command_line_takes_the_format_level_and_the_ttl() -> None:
+    """`refine run --structured text --cache-ttl 1h` reach the settings (text: the level
+    that keeps a Claude record's calls on one cached prefix)."""
+    line = ["run", "code-improve", "in.jsonl", "--out", "o", "--model", MODEL]
+    args = build_parser().parse_args([*line, "--structured", "text", "--cache-ttl", "1h"])
+    settings = settings_from_args(args)
+    assert (settings.structured, settings.cache_ttl, settings.model) == ("text", "1h", MODEL)
+    plain = settings_from_args(build_parser().parse_args(["run", "j", "i", "--out", "o"]))
+    assert (plain.structured, plain.cache_ttl) == ("json_schema", None)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..client.delays import RETRY_AFTER_CAP_S
 from ..client.flex import SERVICE_TIERS
+from ..client.formats import LEVELS
 from ..errors import ConfigError
 from ..runs.settings import CACHE_TTLS, Settings, parse_shard
 from ..sandbox import SandboxMode
@@ -162,6 +163,15 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         help="the context window, in tokens, of the run's models: a record whose prompt "
         "cannot fit fails without a call (default: the window of a known OpenAI model, or "
         "of the embedded model's slot; none for other models)",
+    )
+    p.add_argument(
+        "--structured",
+        choices=LEVELS,
+        default=_DEFAULTS.structured,
+        help="how the critic's JSON is asked for first: json_schema (structured outputs), "
+        "json_object (a JSON mode with the schema; Claude: a forced tool), text (the schema "
+        "in the request); a refusal steps down to the next (default %(default)s; on Claude, "
+        "text keeps every call on one cached prefix: docs/costs.md)",
     )
     p.add_argument("--batch", action="store_true", help="every call through the Batch API")
 

@@ -363,6 +363,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         service_tier=getattr(args, "service_tier", None),
         context_tokens=args.context_tokens,
         cache_ttl=getattr(args, "cache_ttl", None),
+        structured=getattr(args, "structured", _DEFAULTS.structured),
         sandbox=SandboxMode(args.sandbox),
     )
 
