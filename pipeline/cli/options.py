@@ -307,5 +307,5 @@ def add_pace_options(p: argparse.ArgumentParser) -> None:
         help="Claude models (anthropic:NAME): how long the conversation prefixes each call "
         "marks stay in Anthropic's prompt cache; 1h costs 2x the input price to write "
         "instead of 1.25x, and pays when a record's calls come more than 5 minutes apart "
-        "(--batch rounds); reads cost 0.1x either way (default 5m)",
+        "(--batch rounds); reads cost 0.1x either way (default 5m; 1h with --batch)",
     )

@@ -39,7 +39,7 @@ from ..core.records import Record
 from ..core.steps import Kind, Role, Step
 from ..errors import ConfigError
 from ..io.records import count_records, read_records
-from ..runs.settings import Settings, effective_job
+from ..runs.settings import Settings, cache_ttl_of, effective_job
 from ..serving.registry import DEFAULT_MODEL as DEFAULT_LOCAL
 from .caches import cache_usage
 from .fit import Unfit, find_unfit
@@ -244,7 +244,7 @@ def from_prompts(
                 total,
                 batch,
                 seen,
-                settings.cache_ttl,
+                cache_ttl_of(settings),
             )
         factor = lines / len(sampled) if len(sampled) < lines else 1.0
         figures[scenario.name] = total.scaled(factor)

@@ -21,7 +21,7 @@ from ..client.chat import OpenAIClient
 from ..client.context import context_window
 from ..client.limits import Limiter, RateLimiter
 from ..client.models import ModelId, Provider
-from .settings import Settings
+from .settings import Settings, cache_ttl_of
 
 __all__ = ["DIALECTS", "ClientPlan", "Endpoint", "open_client"]
 
@@ -61,7 +61,7 @@ def _openai(settings: Settings, endpoint: Endpoint, options: dict[str, Any]) -> 
 
 
 def _anthropic(settings: Settings, endpoint: Endpoint, options: dict[str, Any]) -> ChatClient[Any]:
-    return AnthropicClient(cache_ttl=settings.cache_ttl or "5m", **options)
+    return AnthropicClient(cache_ttl=cache_ttl_of(settings), **options)
 
 
 # Each provider's client, opened from the run's settings, the endpoint and the options every

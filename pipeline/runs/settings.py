@@ -18,12 +18,14 @@ from ..errors import ConfigError
 from ..sandbox import SandboxMode
 
 __all__ = [
+    "BATCH_CACHE_TTL",
     "CACHE_TTLS",
     "DEFAULT_CACHE_TTL",
     "DEFAULT_MODEL",
     "DEFAULT_TIMEOUT_S",
     "LOCAL_TIMEOUT_S",
     "Settings",
+    "cache_ttl_of",
     "effective_job",
     "parse_shard",
     "providers",
@@ -35,6 +37,7 @@ DEFAULT_TIMEOUT_S = 60.0
 LOCAL_TIMEOUT_S = 900.0  # a local model on a few cores answers long prompts slowly
 CACHE_TTLS = ("5m", "1h")  # Anthropic's prompt cache lifetimes (docs/costs.md)
 DEFAULT_CACHE_TTL = "5m"
+BATCH_CACHE_TTL = "1h"  # under --batch: rounds take longer than five minutes
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +171,14 @@ def resolve(settings: Settings, job_max_iters: int) -> Settings:
         timeout = LOCAL_TIMEOUT_S if slow else DEFAULT_TIMEOUT_S
         if settings.service_tier == FLEX:  # flex answers slowly: OpenAI advises 15 minutes
             timeout = max(timeout, FLEX_TIMEOUT_S)
-    cache_ttl = settings.cache_ttl or DEFAULT_CACHE_TTL
-    return replace(settings, max_iters=max_iters, timeout=timeout, cache_ttl=cache_ttl)
+    return replace(settings, max_iters=max_iters, timeout=timeout, cache_ttl=cache_ttl_of(settings))
+
+
+def cache_ttl_of(settings: Settings) -> str:
+    """The TTL of the prefixes a Claude call marks: --cache-ttl, else an hour under --batch
+    (a record's next call comes a round later, past 5 minutes: an hour's write at 2x pays
+    once two later calls read it), else 5 minutes (docs/costs.md)."""
+    return settings.cache_ttl or (BATCH_CACHE_TTL if settings.batch else DEFAULT_CACHE_TTL)
 
 
 def providers(settings: Settings) -> set[Provider]:

@@ -1,4 +1,5 @@
-"""The Batch API backend (``--batch``): every round of Self-Refine through ``/v1/batches``.
+"""The batch backend (``--batch``): every round of Self-Refine through a provider's batches
+(OpenAI's Batch API, ``/v1/batches``; Anthropic's Message Batches).
 
 ::
 
@@ -7,6 +8,8 @@
     window   the records the driver holds, their next calls and their batches
     control  the paced control requests, their outage, finding batches and files again
     api      files and batches at an endpoint (a protocol, and the openai SDK's), by side
+    anthropic  Message Batches in the protocol's shape (inline requests, results by custom_id)
+    opening  the provider's batch API for each side (BATCH_APIS)
     lines    batch input and output lines: building, splitting, reading (pure)
     ledger   RUN_DIR/batches.jsonl: what became of every batch
     config   file limits, window and pacing (``REFINE_BATCH_*`` overrides)
@@ -14,6 +17,7 @@
 ``refine cancel`` (``pipeline.commands.cancel``) uses the api and the ledger.
 """
 
+from .anthropic import AnthropicBatchAPI
 from .api import (
     BatchAPI,
     BatchInfo,
@@ -23,16 +27,17 @@ from .api import (
     find_by_token,
     find_upload,
     input_file_name,
-    open_sides,
 )
 from .backend import BatchBackend
 from .config import BatchConfig
 from .driver import BatchDriver
 from .ledger import Entry, Ledger, LedgerState, read_ledger
+from .opening import open_sides
 
 backend_class = BatchBackend  # what ``pipeline.backends.named("batch")`` builds
 
 __all__ = [
+    "AnthropicBatchAPI",
     "BatchAPI",
     "BatchBackend",
     "BatchConfig",

@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 
-from ...client.models import Provider
 from ...errors import ConfigError
 from ...runs.clients import ClientPlan, Endpoint
 from ...runs.session import Session
-from ...runs.settings import DEFAULT_TIMEOUT_S, Settings, providers
-from .api import BatchAPI, OpenAIBatchAPI, Sides, open_sides
+from ...runs.settings import DEFAULT_TIMEOUT_S, Settings, cache_ttl_of
+from .api import BatchAPI, Sides
 from .config import BatchConfig
 from .driver import BatchDriver
+from .opening import OpenedAPI, open_sides
 
 __all__ = ["BatchBackend"]
 
@@ -53,27 +53,23 @@ class BatchBackend:
         return self.api is None
 
     def check(self, settings: Settings) -> None:
-        """Refuse the embedded local model (before it is started): it has no Batch API;
-        and Anthropic's models, whose Message Batches this backend does not speak yet."""
+        """Refuse the embedded local model (before it is started): it has no Batch API."""
         if settings.local or settings.critic_is_local:
             raise ConfigError(
                 "--batch needs an endpoint with the Batch API (/v1/batches); "
                 "the embedded local model has none"
-            )
-        if Provider.ANTHROPIC in providers(settings):
-            raise ConfigError(
-                "--batch does not send Claude models (anthropic:NAME) through Message "
-                "Batches yet: run them in real time (without --batch)"
             )
 
     @contextlib.asynccontextmanager
     async def open(self, session: Session, plan: ClientPlan) -> AsyncIterator[BatchDriver]:
         """The driver over the API given, or the Batch API opened at the plan's endpoints."""
         critic = plan.critic
-        opened: list[OpenAIBatchAPI] = []
+        opened: list[OpenedAPI] = []
         if self.api is not None:
             sides = Sides.over(
-                self.api, plan.generator.model, None if critic is None else critic.model
+                self.api,
+                str(plan.generator.model_id),
+                None if critic is None else str(critic.model_id),
             )
         else:
             timeout = session.settings.timeout or DEFAULT_TIMEOUT_S
@@ -82,6 +78,7 @@ class BatchBackend:
                 timeout,
                 _side(plan.generator),
                 None if critic is None else _side(critic),
+                cache_ttl_of(session.settings),
             )
         try:
             config = self.config or BatchConfig.from_env()
@@ -99,5 +96,5 @@ class BatchBackend:
 
 
 def _side(endpoint: Endpoint) -> tuple[str, str | None]:
-    """(model, base URL) of one side: its first endpoint, or OpenAI's."""
-    return endpoint.model, endpoint.urls[0] if endpoint.urls else None
+    """(model id, base URL) of one side: its first endpoint, or its provider's own."""
+    return str(endpoint.model_id), endpoint.urls[0] if endpoint.urls else None
