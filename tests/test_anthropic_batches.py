@@ -18,6 +18,7 @@ import pytest
 from pipeline import Settings, arun
 from pipeline.backends.batch import BatchBackend, BatchConfig, BatchInfo, read_ledger
 from pipeline.backends.batch.api import TOKEN_KEY, FileInfo, Undecided, find_by_token
+from pipeline.commands.cancel import cancel
 from pipeline.runs.session import RunSummary
 from pipeline.testing.simulator import Simulator
 from tests.batch_faults import POINTS
@@ -157,3 +158,23 @@ async def test_a_batch_that_cannot_show_whose_it_is_is_waited_for() -> None:
     found = await find_by_token(api, {"t1"}, 1_800, known=frozenset({"msgbatch_1"}))  # type: ignore[arg-type]
     assert found == {}
     assert await find_by_token(api, {"t0"}, since=1_800) == {"t0": ours}  # type: ignore[arg-type]
+
+
+def test_refine_cancel_stops_a_claude_runs_message_batches(tmp_path: Path) -> None:
+    """--detach submits the first round and exits 75; `refine cancel` cancels its Message
+    Batch; the next run sends the canceled requests again and finishes, paying none twice."""
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(4))
+    out = tmp_path / "run"
+    with Simulator(replace(SIM, batch_delay_s=30.0)) as sim:
+        detached = claude_batch_run(sim, inp, out, detach=True, max_iters=0, min_iters=0)
+        cancelled = cancel(out, api_key=KEY)
+        sim.set_config(replace(SIM, batch_delay_s=0.1))
+        summary = claude_batch_run(sim, inp, out, max_iters=0, min_iters=0)
+        statuses = [b["processing_status"] for b in sim.message_batches]
+        counts = answered(sim, out)
+    assert detached.exit_code == 75
+    assert [c.status for c in cancelled] == ["cancelling"]
+    assert summary.exit_code == 0, summary.message
+    assert statuses == ["ended", "ended"]  # the canceled one, and the one sent again
+    assert len(read_jsonl(out / "outputs.jsonl")) == 4
+    assert_paid_once(counts, out)

@@ -215,8 +215,16 @@ class AnthropicBatchAPI:
             yield FileInfo("", "", None)
 
     async def cancel(self, batch_id: str) -> BatchInfo:
-        """Ask for the batch to be cancelled."""
-        raw = await self._call("cancel", "POST", f"{PATH}/{batch_id}/cancel")
+        """Ask for the batch to be cancelled (one that has ended: its state, unchanged)."""
+        try:
+            raw = await self._call("cancel", "POST", f"{PATH}/{batch_id}/cancel")
+        except CallError as err:
+            if err.status != 400:
+                raise
+            info = await self.retrieve(batch_id)
+            if info.status != "completed":  # refused for another reason than its end
+                raise
+            return info
         return self._info(orjson.loads(raw.content))
 
     async def content(self, file_id: str) -> bytes:
