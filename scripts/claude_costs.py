@@ -5,9 +5,10 @@ simulator, the run's own figures beside the server's bill.
 Runs the same records (code-improve tasks with long inputs) through the simulator's OpenAI
 side as gpt-4o (priced at its list prices, its automatic prefix cache) and its Anthropic
 side as claude-sonnet-4-6 (explicit breakpoints), the Claude runs at each structured-output
-level (structured outputs, a forced tool, plain text) and each --cache-ttl, and prints per
-run: calls, prompt tokens, the share read from the cache, the tokens written to it, the
-dollars the run recorded, the simulator's bill, and dollars per record.
+level (structured outputs, a forced tool, plain text) and each --cache-ttl, and through
+Message Batches (--batch), and prints per run: calls, prompt tokens, the share read from
+the cache, the tokens written to it, the dollars the run recorded, the simulator's bill,
+and dollars per record.
 
     scripts/claude_costs.py                         # 20 records of ~3,000 tokens, 2 rounds
     scripts/claude_costs.py --records 50 --tokens 6000 --max-iters 3
@@ -45,7 +46,13 @@ def records(n: int, tokens: int) -> list[dict[str, str]]:
 
 
 def one_run(
-    inp: Path, out: Path, model: str, max_iters: int, structured: str, ttl: str | None
+    inp: Path,
+    out: Path,
+    model: str,
+    max_iters: int,
+    structured: str,
+    ttl: str | None,
+    batch: bool = False,
 ) -> dict[str, Any]:
     """Run the records; the run's own figures and the simulator's bill."""
     gpt = BUILTIN[OPENAI_MODEL]
@@ -54,6 +61,9 @@ def one_run(
         price_input=gpt.input,
         price_cached_input=gpt.cached_input or gpt.input,
         price_output=gpt.output,
+        batch_validating_s=0.02,
+        batch_delay_s=0.1,
+        batch_finalizing_s=0.02,
     )
     with Simulator(config) as sim:
         claude = model.startswith("anthropic:")
@@ -64,6 +74,8 @@ def one_run(
             min_iters=max_iters,
             structured=structured,
             cache_ttl=ttl,
+            batch=batch,
+            poll=0.05,
         )
         summary = run("code-improve", inp, out, settings, api_key="k", show_progress=False)
         bill = sim.bill.to_json()
@@ -96,24 +108,28 @@ def main() -> None:
         ("claude", CLAUDE_MODEL, "json_object", "5m"),
         ("claude", CLAUDE_MODEL, "text", "5m"),
         ("claude", CLAUDE_MODEL, "text", "1h"),
+        ("batch", CLAUDE_MODEL, "text", "1h"),
     ]
     print(
         f"{args.records} code-improve records of ~{args.tokens:,} input tokens, "
         f"{args.max_iters} refinements each (every round run: the critic never says done)"
     )
     print(
-        f"{'model':<28}{'feedback as':<14}{'ttl':<5}{'calls':>6}{'prompt tok':>12}"
+        f"{'model':<28}{'mode':<7}{'feedback as':<14}{'ttl':<5}{'calls':>6}{'prompt tok':>12}"
         f"{'read':>7}{'written':>9}{'run $':>10}{'bill $':>10}{'$/record':>10}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         inp = Path(tmp) / "in.jsonl"
         rows = records(args.records, args.tokens)
         inp.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-        for i, (_, model, structured, ttl) in enumerate(runs):
-            got = one_run(inp, Path(tmp) / f"run{i}", model, args.max_iters, structured, ttl)
+        for i, (kind, model, structured, ttl) in enumerate(runs):
+            batch = kind == "batch"
+            out = Path(tmp) / f"run{i}"
+            got = one_run(inp, out, model, args.max_iters, structured, ttl, batch)
             level = {"json_schema": "structured", "json_object": "tool", "text": "text"}
             print(
-                f"{model:<28}{level[structured]:<14}{ttl or '-':<5}{got['calls']:>6}"
+                f"{model:<28}{'batch' if batch else 'real':<7}{level[structured]:<14}"
+                f"{ttl or '-':<5}{got['calls']:>6}"
                 f"{got['prompt']:>12,}{got['read'] / got['prompt']:>7.0%}{got['written']:>9,}"
                 f"{got['usd']:>10.4f}{got['bill']:>10.4f}{got['usd'] / got['records']:>10.5f}"
             )
