@@ -142,12 +142,15 @@ class AnthropicBatchAPI:
         """The driver's view of a MessageBatch (its token, where known)."""
         ended = data.get("processing_status") == "ended"
         batch_id = str(data["id"])
+        url = data.get("results_url")
+        if not isinstance(url, str) or not url.startswith(self._root + "/"):
+            url = f"{self._root}{PATH}/{batch_id}/results"  # the key goes to our endpoint only
         return BatchInfo(
             id=batch_id,
             status=_STATES.get(str(data.get("processing_status")), "in_progress"),
             created_at=_when(data.get("created_at")),
             ended_at=_when(data.get("ended_at")) or None,
-            output_file_id=f"{RESULTS_PREFIX}{batch_id}" if ended else None,
+            output_file_id=f"{RESULTS_PREFIX}{url}" if ended else None,
             metadata={TOKEN_KEY: token} if token else {},
             opaque=not ended and token is None,
         )
@@ -187,17 +190,18 @@ class AnthropicBatchAPI:
             for item in data:
                 info = self._info(item)
                 if info.output_file_id is not None:
-                    info = self._info(item, await self._token(info.id))
+                    results = info.output_file_id.removeprefix(RESULTS_PREFIX)
+                    info = self._info(item, await self._token(results))
                 yield info
             if not data or not page.get("has_more") or data[-1]["id"] == after:
                 return
             after = str(data[-1]["id"])
 
-    async def _token(self, batch_id: str) -> str | None:
+    async def _token(self, results_url: str) -> str | None:
         """The intent token in the custom_ids of an ended batch's results (None: not ours,
         or its results are gone)."""
         try:
-            raw = await self._call("content", "GET", f"{PATH}/{batch_id}/results")
+            raw = await self._call("content", "GET", results_url)
         except CallError as err:
             if err.status == 404:
                 return None
@@ -228,9 +232,9 @@ class AnthropicBatchAPI:
         return self._info(orjson.loads(raw.content))
 
     async def content(self, file_id: str) -> bytes:
-        """An ended batch's results, as lines the driver reads (``lines.read_result``)."""
-        batch_id = file_id.removeprefix(RESULTS_PREFIX)
-        raw = await self._call("content", "GET", f"{PATH}/{batch_id}/results")
+        """An ended batch's results (from its ``results_url``), as lines the driver reads
+        (``lines.read_result``)."""
+        raw = await self._call("content", "GET", file_id.removeprefix(RESULTS_PREFIX))
         out = []
         for line in raw.content.splitlines():
             if line.strip():
