@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import meta_commentary
+from pipeline.core.extraction import meta_commentary
 from pipeline.core.metrics import MetricSpec
 
 _LABEL = re.compile(r"^\W*(?:(?:the|new|improved|final)\s+)*acronym\s*(?:is)?\s*[:=\-]?\s*", re.I)

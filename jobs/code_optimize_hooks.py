@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import comment_commentary
+from pipeline.core.extraction import comment_commentary
 from pipeline.core.metrics import MetricSpec
 from pipeline.sandbox import (
     Policy,

@@ -12,7 +12,7 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import comment_commentary
+from pipeline.core.extraction import comment_commentary
 from pipeline.core.metrics import MetricSpec
 from pipeline.core.pyast import parse_module
 from pipeline.sandbox import syntax_problem

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import meta_commentary
+from pipeline.core.extraction import meta_commentary
 from pipeline.core.metrics import MetricSpec
 
 _WORD = re.compile(r"[^\W\d_]+")  # runs of letters

@@ -65,7 +65,7 @@ from pipeline.backends.realtime import RealTimeBackend  # noqa: E402
 from pipeline.client.chat import OpenAIClient  # noqa: E402
 from pipeline.client.limits import Limiter  # noqa: E402
 from pipeline.client.models import ModelId  # noqa: E402
-from pipeline.core.answers import extract_code  # noqa: E402
+from pipeline.core.extraction import extract_code  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
 from pipeline.core.steps import Completion, ModelClient, Request  # noqa: E402
 from pipeline.io.records import read_records  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.core.answers import comment_commentary, extract_code, extract_text, meta_commentary
+from pipeline.core.extraction import comment_commentary, extract_code, extract_text, meta_commentary
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from pipeline import Settings, run
-from pipeline.client import endpoints as endpoints_mod
-from pipeline.client.endpoints import PROBE_EVERY_S, Endpoint, Endpoints
+from pipeline.client import replicas as replicas_mod
 from pipeline.client.outage import Outage
+from pipeline.client.replicas import PROBE_EVERY_S, Endpoint, Endpoints
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 from tests.test_limits import FakeClock
@@ -116,7 +116,7 @@ def test_a_replica_that_comes_back_is_used_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A replica down for its first second is probed, found back, and carries calls again."""
-    monkeypatch.setattr(endpoints_mod, "PROBE_EVERY_S", 0.2)
+    monkeypatch.setattr(replicas_mod, "PROBE_EVERY_S", 0.2)
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(60))
     with (
         Simulator(SimConfig(latency_s=0.03, outages=((0.0, 1.0),))) as flaky,
@@ -164,7 +164,7 @@ def test_one_replica_down_past_max_outage_does_not_stop_the_run(
 ) -> None:
     """--max-outage stops the run only when every replica is down: one down for good is
     drained and probed while the other serves every record."""
-    monkeypatch.setattr(endpoints_mod, "PROBE_EVERY_S", 0.2)
+    monkeypatch.setattr(replicas_mod, "PROBE_EVERY_S", 0.2)
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(60))
     with (
         Simulator(SimConfig(latency_s=0.02, outages=((0.0, 1e6),))) as down,

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
+from pipeline.core.answer_kinds import Code
 from pipeline.core.choice import choose
-from pipeline.core.kinds import Code
 from pipeline.core.loader import load_job
 from pipeline.core.loop import (
     CUT_OFF,

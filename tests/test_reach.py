@@ -17,11 +17,11 @@ import openai
 import pytest
 
 from pipeline import Settings, run
-from pipeline.client.answers import http_client
 from pipeline.client.chat import OpenAIClient
 from pipeline.client.delays import NO_DELAYS
 from pipeline.client.limits import Limiter
 from pipeline.client.reach import os_error, preflight, unreachable
+from pipeline.client.replies import http_client
 from pipeline.core.steps import Request
 from pipeline.errors import CallError, UnavailableError, UnreachableError
 from pipeline.testing.simulator import SimConfig, Simulator

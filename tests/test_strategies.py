@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
+from pipeline.core.answer_kinds import Code
 from pipeline.core.choice import choose
 from pipeline.core.jobs import builtin_jobs
-from pipeline.core.kinds import Code
 from pipeline.core.loader import load_job
 from pipeline.core.loop import Policy, refine_record
 from pipeline.core.records import Record

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jobs.code.program import normalized, split, split_tests
-from pipeline.core.answers import comment_commentary
+from pipeline.core.extraction import comment_commentary
 from pipeline.core.pyast import parsed, parsed_expression
 from pipeline.sandbox import Policy, SandboxMode, TestsRun, current_mode, run_tests, syntax_problem
 

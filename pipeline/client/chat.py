@@ -32,13 +32,11 @@ import orjson
 
 from ..core.steps import Completion, Request, Try
 from ..errors import AuthError, CallError, FatalCallError, UnavailableError
-from .answers import error_message, http_client, read_answer, redact
 from .attempts import Attempts, FailRecord, Retry, StopRun
 from .budget import Reservation, Spending
 from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
 from .context import overflow
 from .delays import DELAYS, Delays
-from .endpoints import Endpoint, Endpoints
 from .flex import FLEX, Capacity, flex_refused, tier_options
 from .formats import FormatLadder
 from .limits import RateLimiter, estimate_tokens
@@ -52,6 +50,8 @@ from .outage import (
 )
 from .prices import at_batch_rate
 from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable, unreachable_error
+from .replicas import Endpoint, Endpoints
+from .replies import error_message, http_client, read_answer, redact
 from .retry import (
     OutageState,
     classify_status,

@@ -12,8 +12,8 @@ from typing import Any
 
 from ..backends.batch.ledger import read_ledger
 from ..client.prices import price_book
+from ..runs.journal import read_steps
 from ..runs.rundir import RunDir
-from ..runs.store import read_steps
 from ..runs.tally import tally_outputs
 
 __all__ = ["collect", "render"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .kinds import AnswerKind
+from .answer_kinds import AnswerKind
 from .steps import Step
 
 __all__ = ["answer_of", "answers", "drafts", "drafts_of", "feedback_on"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .kinds import AnswerKind, Text
+from .answer_kinds import AnswerKind, Text
 from .metrics import MetricSpec
 from .strategies import Strategies
 

@@ -21,10 +21,10 @@ from typing import Any
 import orjson
 
 from ..errors import JobError
+from .answer_kinds import BUILTIN_KINDS, AnswerKind
 from .hooks import signature_problem
 from .jobs import FIELD_TYPES, FIELD_USES, InputField, Job, builtin_jobs
 from .jobs import placeholders as _placeholders
-from .kinds import BUILTIN_KINDS, AnswerKind
 from .metrics import MetricSpec
 from .strategies import MAX_SAMPLES, Strategies
 

@@ -7,7 +7,7 @@
     urls        where a run's calls go: its endpoints, kept between invocations
     restart     a run with no successful call, started over by a corrected command
     rundir      the run directory's files, lock and progress snapshot
-    store       the checkpoint journal: the source of truth for resume
+    journal     the checkpoint journal: the source of truth for resume
     outputs     outputs.jsonl, traces.jsonl, errors.jsonl
     tally       what a run has used: records, calls, tokens, dollars
     progress    the progress bar, or log lines where there is no terminal

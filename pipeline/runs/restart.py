@@ -12,8 +12,8 @@ from __future__ import annotations
 import orjson
 
 from ..errors import StoreError
+from .journal import read_steps
 from .rundir import RunDir
-from .store import read_steps
 
 __all__ = ["made_no_call", "start_over"]
 

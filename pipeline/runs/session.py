@@ -31,12 +31,12 @@ from ..core.steps import Outcome, Step
 from ..errors import AuthError, BudgetReached, ConfigError, InputError, StoreError, UnavailableError
 from ..io.records import count_records, read_records
 from .hooks import HookWatch
+from .journal import Journal
 from .manifest import Manifest
 from .outputs import Outputs
 from .progress import Counters, Progress
 from .rundir import RunDir
 from .shards import shard_of
-from .store import Journal
 from .tally import tally
 
 __all__ = [

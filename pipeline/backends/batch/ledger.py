@@ -30,7 +30,7 @@ from typing import IO, Any
 import orjson
 
 from ...errors import StoreError
-from ...runs.store import repair_tail
+from ...runs.journal import repair_tail
 from .lines import custom_id
 
 __all__ = ["Entry", "Ledger", "LedgerState", "custom_ids", "read_ledger"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from .answers import extract_code, extract_text
+from .extraction import extract_code, extract_text
 from .steps import Step
 
 __all__ = [

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from jobs.code.checks import TESTS_PASSED, TESTS_TOTAL
 from jobs.code.program import code_with_tests, split, without_unfinished_test
 from jobs.code.select import Pooled
-from pipeline.core.kinds import Selection, Text, check_rank
+from pipeline.core.answer_kinds import Selection, Text, check_rank
 from pipeline.core.steps import Step
 
 __all__ = ["CodeWithTests"]
