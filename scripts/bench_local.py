@@ -105,8 +105,8 @@ def defines_code(answer: str) -> bool:
     if syntax_problem(code) is not None:
         return False
     tree = ast.parse(code)
-    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    return any(isinstance(node, kinds) for node in ast.walk(tree))
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return any(isinstance(node, definitions) for node in ast.walk(tree))
 
 
 def repeated(records: Path, times: int, dest: Path) -> Path:

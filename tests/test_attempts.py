@@ -101,7 +101,7 @@ def test_the_final_error_is_built_whole_from_the_attempts_failure() -> None:
     assert isinstance(verdict, FailRecord) and verdict.cause is HTTP500
     err = verdict.error
     assert type(err) is CallError and err is not HTTP500
-    assert (err.kind, str(err), err.status) == ("http_500", "HTTP 500: boom", 500)
+    assert (err.category, str(err), err.status) == ("http_500", "HTTP 500: boom", 500)
     assert (err.attempts, err.tries) == (3, (Try(500, 0.1), Try(500, 0.1), Try(500, 0.2)))
     assert (err.messages, err.model) == (SENT, "m")
     assert (HTTP500.attempts, HTTP500.tries, HTTP500.model) == (1, (), None)  # left alone
@@ -126,7 +126,7 @@ def test_the_breaker_is_not_asked_about_a_refused_format() -> None:
     attempts = Attempts("m", 2, NO_DELAYS)
 
     def breaker(failure: CallError) -> OutageState:
-        asked.append(failure.kind)
+        asked.append(failure.category)
         return CLOSED
 
     def jitter() -> float:
@@ -186,11 +186,15 @@ def test_the_next_level_is_the_pools_or_the_calls_floor() -> None:
     ],
 )
 def test_traced_keeps_the_type_and_what_the_error_says(error: CallError) -> None:
-    """CallError.traced returns the same kind of error, message and status, with the trace."""
+    """CallError.traced returns an error of the same class, message and status, with the trace."""
     tries = (Try(503, 1.0),)
     traced = error.traced(attempts=1, tries=tries, messages=SENT, model="m")
     assert type(traced) is type(error) and traced is not error
-    assert (traced.kind, str(traced), traced.status) == (error.kind, str(error), error.status)
+    assert (traced.category, str(traced), traced.status) == (
+        error.category,
+        str(error),
+        error.status,
+    )
     assert (traced.attempts, traced.tries, traced.messages, traced.model) == (1, tries, SENT, "m")
 
 

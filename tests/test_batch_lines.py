@@ -116,7 +116,7 @@ def _error(code: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("line", "kind", "status"),
+    ("line", "outcome", "status"),
     [
         (_ok(), "answer", None),
         (_ok(content=None, refusal="no"), "refusal", None),
@@ -133,20 +133,20 @@ def _error(code: str) -> dict[str, Any]:
     ],
 )
 def test_read_result_classifies_every_line(
-    line: dict[str, Any], kind: str, status: int | None
+    line: dict[str, Any], outcome: str, status: int | None
 ) -> None:
     """An output/error line is an answer, a failure with its status, or a call never run."""
     result = read_result(line)
-    if kind == "answer":
+    if outcome == "answer":
         assert result == Answer(
             "hi", "stop", {"prompt_tokens": 7, "completion_tokens": 3, "cached_tokens": 0}
         )
-    elif kind == "unfinished":
+    elif outcome == "unfinished":
         assert result is None
     else:
-        assert isinstance(result, CallError) and result.kind == kind
+        assert isinstance(result, CallError) and result.category == outcome
         assert result.status == status
-        assert isinstance(result, AuthError) == (kind == "auth")
+        assert isinstance(result, AuthError) == (outcome == "auth")
 
 
 def test_batch_info_reads_the_api_object() -> None:

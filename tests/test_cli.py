@@ -283,7 +283,7 @@ def test_report_writes_markdown_and_plots(tmp_path: Path) -> None:
 
 def test_strategies_and_a_selection_rule_from_the_command_line(tmp_path: Path) -> None:
     """--strategy and --select turn opt-in calls and rules on: the trace shows each extra
-    call as its own kind, the output says which rule chose; a resumed run keeps them, and
+    call as its own call kind, the output says which rule chose; a resumed run keeps them, and
     an unknown strategy or rule is a usage error naming it."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(3))
     with Simulator(SimConfig(p_done=0.0)) as sim:
@@ -295,10 +295,10 @@ def test_strategies_and_a_selection_rule_from_the_command_line(tmp_path: Path) -
             assert out.returncode == 2 and says in out.stderr
         again = refine(*run_args(inp, tmp_path / "run", sim.url, "--max-iters", "1"))
         assert again.returncode == 2 and "strategy" in again.stderr
-    kinds = Counter(
+    call_kinds = Counter(
         s["kind"] for t in read_jsonl(tmp_path / "run/traces.jsonl") for s in t["steps"]
     )
-    assert kinds["sample"] == 3 * 2 and kinds["answer"] == 3 * 2
+    assert call_kinds["sample"] == 3 * 2 and call_kinds["answer"] == 3 * 2
     assert {o["chosen_by"] for o in read_jsonl(tmp_path / "run/outputs.jsonl")} == {"pooled"}
 
 

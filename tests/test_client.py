@@ -104,7 +104,7 @@ async def test_gives_up_after_max_retries() -> None:
             await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
         assert len(sim.requests) == 3
-    assert info.value.kind == "http_503"
+    assert info.value.category == "http_503"
     assert info.value.attempts == 3 and [t.status for t in info.value.tries] == [503] * 3
     assert (info.value.messages, info.value.model) == (list(MESSAGES), "m")
     assert isinstance(info.value.__cause__, CallError) and info.value.__cause__.status == 503
@@ -151,7 +151,7 @@ async def test_bad_request_fails_record_without_retry(sim: Simulator) -> None:
     with pytest.raises(CallError) as info:
         await client.complete(Request(MESSAGES, temperature=0, max_tokens=0))
     await client.aclose()
-    assert info.value.kind == "http_400"
+    assert info.value.category == "http_400"
     assert "max_tokens" in str(info.value)
     assert len(sim.requests) == 1
 
@@ -199,7 +199,7 @@ async def test_refusal_fails_the_call() -> None:
         with pytest.raises(CallError) as info:
             await client.complete(Request(MESSAGES, temperature=0, max_tokens=50))
         await client.aclose()
-    assert info.value.kind == "refusal"
+    assert info.value.category == "refusal"
 
 
 @pytest.mark.anyio

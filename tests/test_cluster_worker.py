@@ -130,7 +130,7 @@ def test_run_stopping_errors_cross_processes(err: FatalCallError | BudgetReached
     assert type(back) is type(err) and str(back) == str(err)
     if isinstance(err, FatalCallError):
         assert isinstance(back, FatalCallError)
-        assert (back.kind, back.status) == (err.kind, err.status)
+        assert (back.category, back.status) == (err.category, err.status)
 
 
 @dataclass
@@ -273,7 +273,7 @@ async def test_a_request_for_an_earlier_process_is_ignored() -> None:
 
 
 def test_messages_cross_processes() -> None:
-    """A reply with every kind of event survives pickling unchanged."""
+    """A reply with every sort of event survives pickling unchanged."""
     step = Step("generate", 0, [{"role": "user", "content": "x"}], "y", None, {}, 0.1, 1)
     outcome = Outcome(record(), "done", "y", 0, 0, "max_iters", None, ())
     reply = Reply(

@@ -42,7 +42,7 @@ def test_overflow_refuses_only_prompts_sure_not_to_fit(
     err = overflow(user(text), window, "m")
     assert (err is not None) == refused
     if err is not None:
-        assert err.kind == CONTEXT_LENGTH and err.attempts == 0
+        assert err.category == CONTEXT_LENGTH and err.attempts == 0
         assert f"{window:,}-token context window of m" in str(err)
 
 
@@ -82,7 +82,7 @@ async def test_the_client_sends_no_call_that_cannot_fit() -> None:
             await client.complete(Request(user("word " * 60), temperature=0, max_tokens=10))
         await client.complete(Request(user("word " * 10), temperature=0, max_tokens=10))
         await client.aclose()
-        assert caught.value.kind == CONTEXT_LENGTH
+        assert caught.value.category == CONTEXT_LENGTH
         assert len(sim.requests) == 1 and client.calls == 1
 
 

@@ -1,4 +1,4 @@
-"""``refine export``: column kinds, and a run's outputs as Parquet, CSV and JSONL files."""
+"""``refine export``: column types, and a run's outputs as Parquet, CSV and JSONL files."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ import orjson
 import pytest
 
 from pipeline import ConfigError
-from pipeline.commands.columns import JSON, NULL, OUTPUT_KINDS, Columns, kind_of, merge, to_cell
+from pipeline.commands.columns import JSON, NULL, OUTPUT_TYPES, Columns, merge, to_cell, type_of
 from pipeline.commands.export import export, export_format, input_column
 from pipeline.runs.rundir import RunDir
 from pipeline.testing.simulator import Simulator
 from tests.helpers import concept_rows, read_jsonl, run_commongen, write_jsonl
 
-# -- column kinds ----------------------------------------------------------------------------
+# -- column types ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("value", "kind"),
+    ("value", "type_"),
     [
         (None, NULL),
         ("a", "string"),
@@ -38,9 +38,9 @@ from tests.helpers import concept_rows, read_jsonl, run_commongen, write_jsonl
         ({"k": 1}, JSON),
     ],
 )
-def test_kind_of_a_value(value: object, kind: str) -> None:
-    """Scalars, lists of one scalar kind, and everything else (JSON text) are told apart."""
-    assert kind_of(value) == kind
+def test_type_of_a_value(value: object, type_: str) -> None:
+    """Scalars, lists of one scalar type, and everything else (JSON text) are told apart."""
+    assert type_of(value) == type_
 
 
 @pytest.mark.parametrize(
@@ -60,19 +60,19 @@ def test_kind_of_a_value(value: object, kind: str) -> None:
     ],
 )
 def test_merging_kinds(a: str, b: str, merged: str) -> None:
-    """A column's kind holds all its values: numbers widen, null fits all, conflicts are JSON."""
+    """A column's type holds all its values: numbers widen, null fits all, conflicts are JSON."""
     assert merge(a, b) == merged
     assert merge(b, a) == merged
 
 
 def test_fixed_output_kinds_survive_all_null_values() -> None:
     """A run whose scores are all null still gets a number score column."""
-    columns = Columns(OUTPUT_KINDS)
+    columns = Columns(OUTPUT_TYPES)
     columns.add({"id": "a", "score": None, "extra": None})
     columns.add({"id": "b", "score": 3, "extra": "x"})
-    assert columns.kinds["score"] == "number"
-    assert columns.kinds["extra"] == "string"
-    assert columns.names()[: len(OUTPUT_KINDS)] == list(OUTPUT_KINDS)
+    assert columns.types["score"] == "number"
+    assert columns.types["extra"] == "string"
+    assert columns.names()[: len(OUTPUT_TYPES)] == list(OUTPUT_TYPES)
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_unknown_export_extension_is_refused(name: str) -> None:
 )
 def test_input_column_names(name: str, id_field: str, exported: str | None) -> None:
     """Input columns keep their names unless an output column has it; the id is not repeated."""
-    clash = frozenset(OUTPUT_KINDS)
+    clash = frozenset(OUTPUT_TYPES)
     assert input_column(name, clash, id_field) == exported
 
 

@@ -66,7 +66,7 @@ def read(path: Path) -> list[Record | InputError]:
 
 
 def summary(items: list[Record | InputError]) -> list[tuple[str, int, str]]:
-    """(kind, line, id-or-reason) of every item."""
+    """(what, line, id-or-reason) of every item."""
     return [
         ("rec", i.line, i.id) if isinstance(i, Record) else ("err", i.line, i.reason) for i in items
     ]
@@ -230,7 +230,7 @@ def test_zstd_frames_are_one_input(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "kind", "value"),
+    ("text", "type_", "value"),
     [
         ("hello", "string", "hello"),
         (" spaced ", "string", " spaced "),
@@ -253,13 +253,13 @@ def test_zstd_frames_are_one_input(tmp_path: Path) -> None:
         ("[not json", "any", "[not json"),
     ],
 )
-def test_csv_cell_is_read_as_its_job_field_type(text: str, kind: str, value: object) -> None:
+def test_csv_cell_is_read_as_its_job_field_type(text: str, type_: str, value: object) -> None:
     """A cell becomes the job field's type; an empty cell is a missing value."""
-    assert cell_value(text, kind) == value
+    assert cell_value(text, type_) == value
 
 
 @pytest.mark.parametrize(
-    ("text", "kind", "says"),
+    ("text", "type_", "says"),
     [
         ("dog, frisbee", "string-list", "JSON list"),
         ('{"a": 1}', "string-list", "JSON list"),
@@ -268,10 +268,10 @@ def test_csv_cell_is_read_as_its_job_field_type(text: str, kind: str, value: obj
         ("maybe", "boolean", "expected true or false"),
     ],
 )
-def test_csv_cell_that_does_not_fit_says_why(text: str, kind: str, says: str) -> None:
+def test_csv_cell_that_does_not_fit_says_why(text: str, type_: str, says: str) -> None:
     """A cell that is not of its field's type is refused with the reason."""
     with pytest.raises(ValueError, match=says):
-        cell_value(text, kind)
+        cell_value(text, type_)
 
 
 def write_csv(tmp_path: Path, text: str, name: str = "in.csv") -> Path:

@@ -66,7 +66,7 @@ def test_rows_become_records_with_row_numbers_and_list_values(tmp_path: Path) ->
 def test_misnamed_parquet_is_read_as_parquet(tmp_path: Path) -> None:
     """A Parquet file named .jsonl is recognised by its PAR1 signature."""
     path = write_parquet(tmp_path / "data.jsonl", concept_rows(3))
-    assert check_input(path).kind == "parquet"
+    assert check_input(path).name == "parquet"
     assert [i.line for i in read(path)] == [1, 2, 3]
 
 

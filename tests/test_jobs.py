@@ -96,7 +96,7 @@ def test_builtin_code_improve_has_what_the_loop_needs() -> None:
     assert job.inputs == (InputField("task", "string", True, job.inputs[0].description),)
     assert job.scored and job.score_field == "score"
     assert job.score_threshold is not None and job.max_iters >= 1
-    assert job.kind.name == "code-with-tests" and "pooled" in job.kind.selections
+    assert job.answer_kind.name == "code-with-tests" and "pooled" in job.answer_kind.selections
     assert job.checker is not None and job.evaluator is not None
     assert job.strategies == Strategies() and job.select == "default"
     assert job.system_prompt and "{{task}}" in job.generate_prompt
@@ -148,7 +148,7 @@ def test_valid_job_file_loads_with_its_values(tmp_path: Path) -> None:
     assert job.system_prompt == "You help with tasks."
     assert (job.actions_field, job.done_field, job.score_field) == ("actions", "done", "score")
     assert (job.max_iters, job.score_threshold) == (2, 8.0)
-    assert (job.temperature, job.max_tokens, job.kind.name) == (0.2, 256, "text")
+    assert (job.temperature, job.max_tokens, job.answer_kind.name) == (0.2, 256, "text")
     assert job.evaluator is None
 
 
@@ -158,7 +158,7 @@ def test_defaults_apply_when_optional_tables_are_absent(tmp_path: Path) -> None:
     job = load_job(str(write_job(tmp_path, text)))
     assert job.score_field is None and not job.scored
     assert (job.max_iters, job.score_threshold) == (3, None)
-    assert (job.temperature, job.max_tokens, job.kind.name) == (0.7, 1024, "text")
+    assert (job.temperature, job.max_tokens, job.answer_kind.name) == (0.7, 1024, "text")
     assert job.strategies == Strategies() and job.select == "default"
 
 
@@ -222,7 +222,7 @@ BROKEN = [
     ),
     pytest.param(edit('use = "label"', 'use = "secret"'), "input.answer.use", id="bad-field-use"),
     pytest.param(edit('kind = "text"', 'kind = "html"'), "output.kind", id="bad-kind"),
-    pytest.param(BASE + 'select = "pooled"\n', "output.select", id="select-the-kind-lacks"),
+    pytest.param(BASE + 'select = "pooled"\n', "output.select", id="select-the-answer-kind-lacks"),
     pytest.param(BASE + "\n[strategies]\nsamples = 0\n", "strategies.samples", id="samples-0"),
     pytest.param(
         BASE + '\n[strategies]\nrestart = "yes"\n', "strategies.restart", id="restart-not-bool"

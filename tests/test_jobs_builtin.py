@@ -121,7 +121,7 @@ def field_texts(value: Any) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("name", "fields", "stop", "kind", "hooks"),
+    ("name", "fields", "stop", "answer_kind", "hooks"),
     [
         ("gsm", {"input": True, "target": False}, (None, None, 3), "code", "evaluate check"),
         ("code-improve", {"task": True}, ("score", 10.0, 3), "code-with-tests", "evaluate check"),
@@ -155,7 +155,7 @@ def test_job_loads_with_its_contract(
     name: str,
     fields: dict[str, bool],
     stop: tuple[str | None, float | None, int],
-    kind: str,
+    answer_kind: str,
     hooks: str,
 ) -> None:
     """Each paper job loads with DESIGN.md's input fields, its stop rule and its hooks, and
@@ -164,7 +164,7 @@ def test_job_loads_with_its_contract(
     assert job.name == name
     assert {f.name: f.required for f in job.inputs} == fields
     assert (job.score_field, job.score_threshold, job.max_iters) == stop
-    assert job.kind.name == kind
+    assert job.answer_kind.name == answer_kind
     assert (job.evaluator is not None, job.checker is not None) == (
         "evaluate" in hooks,
         "check" in hooks,
@@ -838,7 +838,7 @@ def test_examples_a_request_states_as_code_run_as_tests() -> None:
 def test_code_improve_offers_the_pooled_rule_off_by_default() -> None:
     """The pooled-tests selection rule lives with the code kit and is opt-in."""
     job = load_job("code-improve")
-    assert job.select == "default" and set(job.kind.selections) == {"pooled"}
+    assert job.select == "default" and set(job.answer_kind.selections) == {"pooled"}
 
 
 # -- every job: the artifact alone --------------------------------------------------------------

@@ -25,12 +25,14 @@ from pipeline.core.loop import (
     refine_record,
 )
 from pipeline.core.records import Record
-from pipeline.core.steps import Completion, Kind, Outcome, Step
+from pipeline.core.steps import CallKind, Completion, Outcome, Step
 from pipeline.errors import AuthError, CallError, FatalCallError
 from tests.fakes import RecordingSink, ScriptedClient
 
 # code-improve without its hooks: plain code answers; scores its feedback; threshold 10
-SCORED = dataclasses.replace(load_job("code-improve"), checker=None, evaluator=None, kind=Code())
+SCORED = dataclasses.replace(
+    load_job("code-improve"), checker=None, evaluator=None, answer_kind=Code()
+)
 UNSCORED = dataclasses.replace(SCORED, score_field=None, score_threshold=None)
 THRESHOLD_8 = dataclasses.replace(SCORED, score_threshold=8.0)
 RECORD = Record("r1", 7, {"id": "r1", "task": "sum the even numbers of a list"})
@@ -66,9 +68,9 @@ def fb(
     return Step("feedback", iteration, [], raw, obj if parsed else None, USAGE, 0.1, 1, error=error)
 
 
-def nxt(role: str, t: int, kind: Kind | None = None) -> Next:
-    default = Kind.FEEDBACK if role == "feedback" else Kind.ANSWER
-    return Next(role, kind or default, t)  # type: ignore[arg-type]
+def nxt(role: str, t: int, call_kind: CallKind | None = None) -> Next:
+    default = CallKind.FEEDBACK if role == "feedback" else CallKind.ANSWER
+    return Next(role, call_kind or default, t)  # type: ignore[arg-type]
 
 
 # -- plan ------------------------------------------------------------------------------------
@@ -265,7 +267,7 @@ async def test_refine_record_runs_generate_feedback_refine() -> None:
         ("refine", 3),
         ("feedback", 3),
     ]
-    assert {s.kind for s in outcome.steps} == {Kind.ANSWER, Kind.FEEDBACK}
+    assert {s.call_kind for s in outcome.steps} == {CallKind.ANSWER, CallKind.FEEDBACK}
     assert (outcome.status, outcome.stop_reason, outcome.error) == ("done", "max_iters", None)
     assert (outcome.output, outcome.chosen_iteration, outcome.score) == ("v1", 1, 7.0)
     assert outcome.iterations == 3
@@ -412,10 +414,10 @@ async def test_call_error_fails_the_record() -> None:
     assert outcome.error is not None and outcome.error["type"] == "timeout"
     assert "read timed out after 60 s" in outcome.error["message"]
     failed = outcome.steps[-1]
-    assert failed.failed and (failed.role, failed.iteration, failed.kind) == (
+    assert failed.failed and (failed.role, failed.iteration, failed.call_kind) == (
         "refine",
         1,
-        Kind.ANSWER,
+        CallKind.ANSWER,
     )
     assert outcome.usage()["calls"] == 2 and len(sink.saved) == 2
 
@@ -473,10 +475,10 @@ async def test_answer_cut_off_is_repaired_once_with_a_penalty() -> None:
     outcome, client, _ = await run(
         [cut_off("Here you go:\n```python\nv0"), code("v0b"), feedback(3, done=True)]
     )
-    assert [(s.role, s.kind) for s in outcome.steps] == [
-        ("generate", Kind.ANSWER),
-        ("generate", Kind.REPAIR),
-        ("feedback", Kind.FEEDBACK),
+    assert [(s.role, s.call_kind) for s in outcome.steps] == [
+        ("generate", CallKind.ANSWER),
+        ("generate", CallKind.REPAIR),
+        ("feedback", CallKind.FEEDBACK),
     ]
     assert (outcome.steps[0].error or {}).get("type") == "cut_off"
     assert client.penalties == [None, RETRY_FREQUENCY_PENALTY, None]
@@ -507,7 +509,7 @@ async def test_repair_can_be_turned_off() -> None:
     outcome, client, _ = await run(
         [cut_off("```python\nv0"), feedback(3), code("v1"), feedback(10)], job=job
     )
-    assert [s.kind for s in outcome.steps].count(Kind.REPAIR) == 0
+    assert [s.call_kind for s in outcome.steps].count(CallKind.REPAIR) == 0
     assert (outcome.steps[0].error or {}).get("type") == "length"
     assert outcome.steps[0].checks == [CUT_OFF] and client.penalties == [None] * 4
 
@@ -529,7 +531,11 @@ async def test_feedback_cut_off_is_repaired_and_resume_keeps_the_penalty() -> No
         feedback(3, done=True),
     ]
     outcome, client, _ = await run(script)
-    assert [s.kind for s in outcome.steps] == [Kind.ANSWER, Kind.FEEDBACK, Kind.REPAIR]
+    assert [s.call_kind for s in outcome.steps] == [
+        CallKind.ANSWER,
+        CallKind.FEEDBACK,
+        CallKind.REPAIR,
+    ]
     assert client.penalties == [None, None, RETRY_FREQUENCY_PENALTY]
     assert client.messages[2] == client.messages[1]
     assert (outcome.stop_reason, outcome.score) == ("done", 3.0)
@@ -567,7 +573,10 @@ def test_next_call_of_a_repair_carries_the_penalty() -> None:
         "feedback", 0, [], RUNAWAY, None, USAGE, 0.1, 1, error={"type": "cut_off", "message": "m"}
     )
     repair = next_call(SCORED, RECORD, [draft, cut], Policy(3))
-    assert isinstance(repair, Call) and (repair.role, repair.kind) == ("feedback", Kind.REPAIR)
+    assert isinstance(repair, Call) and (repair.role, repair.call_kind) == (
+        "feedback",
+        CallKind.REPAIR,
+    )
     assert repair.request.frequency_penalty == RETRY_FREQUENCY_PENALTY
     first = next_call(SCORED, RECORD, [draft], Policy(3))
     assert isinstance(first, Call) and first.request.frequency_penalty is None

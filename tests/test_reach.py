@@ -124,7 +124,7 @@ async def test_after_a_success_a_refused_connection_is_an_endpoint_fault() -> No
     for client in (alone, waits):
         await client.aclose()
     assert not isinstance(failed.value, UnreachableError)
-    assert failed.value.kind == "connection"  # (the pooled connection was reset)
+    assert failed.value.category == "connection"  # (the pooled connection was reset)
 
 
 @pytest.mark.anyio

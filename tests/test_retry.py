@@ -59,7 +59,7 @@ def test_retry_after_table(headers: dict[str, str], expected: float | None) -> N
 
 
 @pytest.mark.parametrize(
-    ("status", "kind"),
+    ("status", "meaning"),
     [
         (408, "retry"),
         (409, "retry"),
@@ -73,9 +73,9 @@ def test_retry_after_table(headers: dict[str, str], expected: float | None) -> N
         (422, "record"),
     ],
 )
-def test_classify_status(status: int, kind: str) -> None:
+def test_classify_status(status: int, meaning: str) -> None:
     """Statuses map to retry, stop-the-run (auth) or fail-the-record."""
-    assert classify_status(status) == kind
+    assert classify_status(status) == meaning
 
 
 HTTP500 = CallError("http_500", "HTTP 500: boom", status=500)

@@ -314,7 +314,7 @@ WORDS = (
             "`return int(pieces[0]) + int(pieces[1]) + int(pieces[2])`, where "
             "pieces = ['a', 'b', 'c'])",
         ),
-        # Parameters of every kind are left out: *args and **kwargs too.
+        # Parameters of every sort are left out: *args and **kwargs too.
         (
             "assert total(1, 2, scale=3) == 0",
             "`assert total(1, 2, scale=3) == 0`: AssertionError (total(1, 2, scale=3) is 9; "

@@ -83,10 +83,10 @@ def validate(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = N
         raise AssertionError(f"{value!r} matches no anyOf branch: {errors}")
     if "enum" in schema:
         assert value in schema["enum"], (value, schema["enum"])
-    kinds = schema.get("type")
-    if kinds is None:
+    types = schema.get("type")
+    if types is None:
         return
-    kinds = kinds if isinstance(kinds, list) else [kinds]
+    types = types if isinstance(types, list) else [types]
     checks = {
         "object": lambda v: isinstance(v, dict),
         "array": lambda v: isinstance(v, list),
@@ -96,10 +96,10 @@ def validate(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = N
         "boolean": lambda v: isinstance(v, bool),
         "null": lambda v: v is None,
     }
-    matching = [k for k in kinds if checks[k](value)]
-    assert matching, f"{value!r} is not of type {kinds}"
-    kind = matching[0]
-    if kind == "object":
+    matching = [k for k in types if checks[k](value)]
+    assert matching, f"{value!r} is not of type {types}"
+    type_ = matching[0]
+    if type_ == "object":
         props = schema.get("properties", {})
         for key in schema.get("required", []):
             assert key in value, f"missing required {key!r} in {value!r}"
@@ -108,14 +108,14 @@ def validate(value: Any, schema: dict[str, Any], root: dict[str, Any] | None = N
         for key, sub in props.items():
             if key in value:
                 validate(value[key], sub, root)
-    elif kind == "array":
+    elif type_ == "array":
         assert len(value) >= schema.get("minItems", 0)
         assert len(value) <= schema.get("maxItems", len(value))
         for item in value:
             validate(item, schema.get("items", {}), root)
-    elif kind == "string":
+    elif type_ == "string":
         assert len(value) >= schema.get("minLength", 0)
-    elif kind in ("number", "integer"):
+    elif type_ in ("number", "integer"):
         assert schema.get("minimum", value) <= value <= schema.get("maximum", value)
 
 

@@ -88,7 +88,7 @@ def test_consecutive_turns_of_one_role_are_combined() -> None:
 
 
 @pytest.mark.parametrize(
-    ("headers", "status", "kind", "words"),
+    ("headers", "status", "error_type", "words"),
     [
         ({"anthropic-version": "2023-06-01"}, 401, "authentication_error", "x-api-key"),
         ({**HEADERS, "x-api-key": "wrong"}, 401, "authentication_error", "invalid x-api-key"),
@@ -97,14 +97,14 @@ def test_consecutive_turns_of_one_role_are_combined() -> None:
     ],
 )
 def test_key_and_version_headers_are_checked(
-    headers: dict[str, str], status: int, kind: str, words: str
+    headers: dict[str, str], status: int, error_type: str, words: str
 ) -> None:
     """A missing or wrong key is a 401 authentication_error, a missing or malformed
     anthropic-version a 400, both in Anthropic's envelope with a request_id."""
     with Simulator(SimConfig(api_key=KEY)) as sim:
         got, response_headers, body = raw(sim, "POST", "/v1/messages", params(), headers)
     assert got == status
-    assert body["type"] == "error" and body["error"]["type"] == kind
+    assert body["type"] == "error" and body["error"]["type"] == error_type
     assert words in body["error"]["message"]
     assert body["request_id"] == response_headers["request-id"]
     assert KEY not in orjson.dumps(body).decode()
@@ -145,8 +145,8 @@ def test_invalid_requests_are_refused_as_anthropic_refuses_them(
     body = {k: v for k, v in {**params(), **change}.items() if v is not None}
     with Simulator(SimConfig(api_key=KEY, models=(MODEL,))) as sim:
         got, _, answer = raw(sim, "POST", "/v1/messages", body)
-    kind = "not_found_error" if status == 404 else "invalid_request_error"
-    assert (got, answer["error"]["type"]) == (status, kind)
+    error_type = "not_found_error" if status == 404 else "invalid_request_error"
+    assert (got, answer["error"]["type"]) == (status, error_type)
     assert words in answer["error"]["message"]
 
 
@@ -242,7 +242,7 @@ def test_max_tokens_zero_answers_nothing_but_fills_the_cache() -> None:
 
 
 @pytest.mark.parametrize(
-    ("config", "status", "kind", "error"),
+    ("config", "status", "error_type", "error"),
     [
         (SimConfig(p_500=1.0), 500, "api_error", anthropic.InternalServerError),
         (SimConfig(p_529=1.0), 529, "overloaded_error", anthropic.InternalServerError),
@@ -250,14 +250,14 @@ def test_max_tokens_zero_answers_nothing_but_fills_the_cache() -> None:
     ],
 )
 def test_drawn_faults_come_as_anthropic_sends_them(
-    config: SimConfig, status: int, kind: str, error: type[Exception]
+    config: SimConfig, status: int, error_type: str, error: type[Exception]
 ) -> None:
     """p_500, p_529 and p_429 give 500 api_error, 529 overloaded_error and 429
     rate_limit_error (with retry-after), each with a request-id."""
     with Simulator(config) as sim, client(sim) as c, pytest.raises(error) as info:
         c.messages.create(**params())
     err: Any = info.value
-    assert err.status_code == status and err.body["error"]["type"] == kind
+    assert err.status_code == status and err.body["error"]["type"] == error_type
     assert err.response.headers["request-id"].startswith("req_")
     if status == 429:
         assert err.response.headers["retry-after"] == "1"
@@ -282,7 +282,7 @@ def test_fault_shares_are_drawn_reproducibly_per_seed() -> None:
 
 
 @pytest.mark.parametrize(
-    ("config", "content", "status", "kind", "words"),
+    ("config", "content", "status", "error_type", "words"),
     [
         (SimConfig(outages=((0, 1e9),)), "q", 529, "overloaded_error", "Overloaded"),
         (SimConfig(throttles=((0, 1e9),)), "q", 429, "rate_limit_error", "rate limit"),
@@ -299,13 +299,13 @@ def test_fault_shares_are_drawn_reproducibly_per_seed() -> None:
     ],
 )
 def test_the_simulators_real_faults_speak_anthropic(
-    config: SimConfig, content: str, status: int, kind: str, words: str
+    config: SimConfig, content: str, status: int, error_type: str, words: str
 ) -> None:
     """Outages, throttles, a spent quota, the context window and a poisoned request give
     Anthropic's statuses and error types (a throttle's 429 without retry-after)."""
     with Simulator(config) as sim:
         got, headers, body = raw(sim, "POST", "/v1/messages", params(content))
-    assert (got, body["error"]["type"]) == (status, kind)
+    assert (got, body["error"]["type"]) == (status, error_type)
     assert words in body["error"]["message"]
     if status == 429:
         assert "retry-after" not in headers

@@ -99,7 +99,7 @@ def test_requests_error_or_expire_in_the_shares_configured() -> None:
         expire_fraction=0.6,
         faults_seed=3,
     )
-    kinds = {500: "api_error", 529: "overloaded_error", 429: "rate_limit_error"}
+    error_types = {500: "api_error", 529: "overloaded_error", 429: "rate_limit_error"}
     with Simulator(failing, clock=clock) as sim, client(sim) as c:
         batch = c.messages.batches.create(requests=[request(f"r{i}") for i in range(20)])
         clock.advance(100.0)
@@ -112,7 +112,7 @@ def test_requests_error_or_expire_in_the_shares_configured() -> None:
     for line in results:
         if line.result.type == "errored":
             status = statuses[line.custom_id]
-            assert line.result.error.error.type == kinds[status]
+            assert line.result.error.error.type == error_types[status]
             assert line.result.error.type == "error"
     assert Counter(r.result.type for r in results)["expired"] == 8
 
@@ -153,8 +153,8 @@ def test_malformed_batches_are_refused_at_creation(body: Any, status: int, words
     with Simulator(cfg) as sim:
         got, _, answer = raw(sim, "POST", "/v1/messages/batches", body)
         listed = sim.message_batches
-    kind = "request_too_large" if status == 413 else "invalid_request_error"
-    assert (got, answer["error"]["type"]) == (status, kind)
+    error_type = "request_too_large" if status == 413 else "invalid_request_error"
+    assert (got, answer["error"]["type"]) == (status, error_type)
     assert words in answer["error"]["message"]
     assert listed == []
 

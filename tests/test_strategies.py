@@ -15,7 +15,7 @@ from pipeline.core.jobs import builtin_jobs
 from pipeline.core.loader import load_job
 from pipeline.core.loop import Policy, refine_record
 from pipeline.core.records import Record
-from pipeline.core.steps import Kind, Outcome, Step
+from pipeline.core.steps import CallKind, Outcome, Step
 from pipeline.core.strategies import Strategies, parse_specs
 from pipeline.errors import ConfigError
 from tests.fakes import RecordingSink, ScriptedClient
@@ -24,7 +24,7 @@ BASE = dataclasses.replace(
     load_job("code-improve"),
     checker=None,
     evaluator=None,
-    kind=Code(),
+    answer_kind=Code(),
     score_field=None,
     score_threshold=None,
 )
@@ -101,19 +101,19 @@ async def test_samples_draft_each_answer_from_the_same_messages() -> None:
     script = [code("bad0"), code("good0"), code("bad1"), feedback(), code("bad2"),
               code("bad3"), code("good1")]  # fmt: skip
     outcome, client = await run(job, script, max_iters=1)
-    kinds = [(s.role, s.kind, s.iteration) for s in outcome.steps]
+    calls = [(s.role, s.call_kind, s.iteration) for s in outcome.steps]
     assert (
-        kinds
+        calls
         == [
-            ("generate", Kind.ANSWER, 0),
-            ("generate", Kind.SAMPLE, 0),
-            ("generate", Kind.SAMPLE, 0),
-            ("feedback", Kind.FEEDBACK, 0),
-            ("refine", Kind.ANSWER, 1),
-            ("refine", Kind.SAMPLE, 1),
-            ("refine", Kind.SAMPLE, 1),
-            ("feedback", Kind.FEEDBACK, 1),
-        ][: len(kinds)]
+            ("generate", CallKind.ANSWER, 0),
+            ("generate", CallKind.SAMPLE, 0),
+            ("generate", CallKind.SAMPLE, 0),
+            ("feedback", CallKind.FEEDBACK, 0),
+            ("refine", CallKind.ANSWER, 1),
+            ("refine", CallKind.SAMPLE, 1),
+            ("refine", CallKind.SAMPLE, 1),
+            ("feedback", CallKind.FEEDBACK, 1),
+        ][: len(calls)]
     )
     assert client.messages[0] == client.messages[1] == client.messages[2]
     assert client.temperatures[:3] == [BASE.temperature, 1.2, 1.2]
@@ -127,7 +127,7 @@ async def test_best_of_n_is_samples_without_refinement() -> None:
     """--max-iters 0 with samples=4: four drafts of the first answer, no feedback."""
     job = with_strategies(samples=4)
     outcome, _ = await run(job, [code("a"), code("b"), code("good"), code("c")], 0)
-    assert [s.kind for s in outcome.steps] == [Kind.ANSWER] + [Kind.SAMPLE] * 3
+    assert [s.call_kind for s in outcome.steps] == [CallKind.ANSWER] + [CallKind.SAMPLE] * 3
     assert outcome.output == "good" and outcome.usage()["calls"] == 4
 
 
@@ -139,22 +139,22 @@ async def test_restart_drafts_afresh_only_after_findings() -> None:
     script = [code("bad0"), feedback(), code("bad1"), code("good1"), feedback(), code("good2")]
     outcome, client = await run(job, script, max_iters=2)
     assert (
-        [s.kind for s in outcome.steps]
+        [s.call_kind for s in outcome.steps]
         == [
-            Kind.ANSWER,
-            Kind.FEEDBACK,
-            Kind.ANSWER,
-            Kind.RESTART,
-            Kind.FEEDBACK,
-            Kind.ANSWER,  # good1 passed its checks: no restart
-            Kind.FEEDBACK,
+            CallKind.ANSWER,
+            CallKind.FEEDBACK,
+            CallKind.ANSWER,
+            CallKind.RESTART,
+            CallKind.FEEDBACK,
+            CallKind.ANSWER,  # good1 passed its checks: no restart
+            CallKind.FEEDBACK,
         ][: len(outcome.steps)]
     )
     restart = client.messages[3]
     assert len(restart) == 2 and "bad0 is wrong" in restart[-1]["content"]
     assert "```python\nbad0" not in restart[-1]["content"]
     assert RECORD.fields["task"] in restart[-1]["content"]
-    assert outcome.answers()[1].kind is Kind.RESTART  # the draft that passed went on
+    assert outcome.answers()[1].call_kind is CallKind.RESTART  # the draft that passed went on
 
 
 @pytest.mark.anyio
@@ -164,7 +164,7 @@ async def test_copy_retry_asks_a_copied_refinement_again_hotter() -> None:
     script = [code("v0"), feedback(), code("v0"), code("v1")]
     job = with_strategies(copy_retry=True, copy_temperature=1.3)
     outcome, client = await run(job, script, max_iters=1)
-    assert [s.kind for s in outcome.steps][2:4] == [Kind.ANSWER, Kind.COPY_RETRY]
+    assert [s.call_kind for s in outcome.steps][2:4] == [CallKind.ANSWER, CallKind.COPY_RETRY]
     assert (outcome.steps[2].error or {}).get("type") == "copy"
     assert client.messages[3] == client.messages[2] and client.temperatures[3] == 1.3
     plain, _ = await run(with_strategies(), script[:3], max_iters=2)
@@ -185,7 +185,7 @@ class _Longest:
         return max(range(len(drafts)), key=lambda i: lengths[i])
 
 
-class _Kind(Code):
+class _LongestKind(Code):
     selections = {"longest": _Longest()}  # noqa: RUF012
 
 
@@ -194,7 +194,7 @@ async def test_a_kinds_selection_rule_sees_every_draft_and_chooses() -> None:
     """An opt-in selection rule measures after each draft and chooses among all of them,
     samples included; the output line says which rule chose."""
     job = dataclasses.replace(
-        with_strategies(samples=2), kind=_Kind(), select="longest", checker=None
+        with_strategies(samples=2), answer_kind=_LongestKind(), select="longest", checker=None
     )
     script = [code("a"), code("a-very-long-draft"), feedback(), code("bb"), code("ccc")]
     outcome, _ = await run(job, script, max_iters=1)

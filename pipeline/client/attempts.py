@@ -112,7 +112,7 @@ class Attempts:
 
     def failed(self, failure: CallError, latency_s: float) -> None:
         """Note a failed attempt: it shows in the call's trace, whatever follows."""
-        self.tries.append(Try(failure.status or failure.kind, latency_s))
+        self.tries.append(Try(failure.status or failure.category, latency_s))
 
     def succeeded(self, latency_s: float) -> tuple[Try, ...]:
         """Note the attempt that succeeded; the tries its trace shows (none: the first did)."""

@@ -334,7 +334,7 @@ class OpenAIClient:
                 raise failed.failure from failed
             # Any answer but an endpoint fault proves the server works: a refusal of the
             # probe (a 400), an empty answer, even a 200 whose body is no chat completion.
-            if endpoint_fault(failed.failure) and failed.failure.kind != "bad_response":
+            if endpoint_fault(failed.failure) and failed.failure.category != "bad_response":
                 return failed
         finally:
             endpoint.in_flight -= 1
@@ -458,8 +458,8 @@ class OpenAIClient:
                 status=status,
             )
             return _Failed(failure)
-        kind = classify_status(status)
-        if kind == "auth":
+        meaning = classify_status(status)
+        if meaning == "auth":
             return _Failed(AuthError("auth", text, status=status))
         if status == 404 and ("model" in message.lower() or self.succeeded == 0):
             failure = FatalCallError(

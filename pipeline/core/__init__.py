@@ -3,7 +3,7 @@
 ::
 
     records       Record: one input record (id, line, fields)
-    steps         Step, Kind, Completion, Outcome: the record of each call
+    steps         Step, CallKind, Completion, Outcome: the record of each call
     jobs          Job, InputField: the job spec the loop reads
     metrics       MetricSpec: what a job declares of its evaluator's metrics (direction, source)
     loader        load_job: a job file read, the method's invariant enforced
@@ -14,7 +14,7 @@
     prompts       each call's messages: a record's calls form one conversation
     feedback      tolerant parsing of the critic's JSON, and rendering it
     drafts        which answer each iteration goes on with
-    choice        choosing the output: the default rule, or a kind's selection rule
+    choice        choosing the output: the default rule, or an answer kind's selection rule
     loop          plan -> next call -> make step -> finish; refine_record
     pyast         ast.parse that threads may share
 
@@ -28,17 +28,17 @@ from .loader import load_job
 from .loop import Call, Policy, Stop, Why, finish, make_step, next_call, refine_record
 from .metrics import MetricSpec
 from .records import Record
-from .steps import Completion, Kind, ModelClient, Outcome, Role, Step, StepSink, Try
+from .steps import CallKind, Completion, ModelClient, Outcome, Role, Step, StepSink, Try
 from .strategies import Strategies
 
 __all__ = [
     "AnswerKind",
     "Call",
+    "CallKind",
     "Choice",
     "Completion",
     "InputField",
     "Job",
-    "Kind",
     "MetricSpec",
     "ModelClient",
     "Outcome",

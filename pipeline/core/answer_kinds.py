@@ -18,7 +18,7 @@ from .extraction import extract_code, extract_text
 from .steps import Step
 
 __all__ = [
-    "BUILTIN_KINDS",
+    "BUILTIN_ANSWER_KINDS",
     "AnswerKind",
     "Code",
     "Selection",
@@ -56,7 +56,7 @@ class AnswerKind(Protocol):
 
     @property
     def selections(self) -> Mapping[str, Selection]:
-        """The opt-in selection rules this kind offers, by name."""
+        """The opt-in selection rules this answer kind offers, by name."""
         ...
 
     def extract(self, text: str) -> str:
@@ -130,4 +130,4 @@ class Code(Text):
         return f"```python\n{output}\n```"
 
 
-BUILTIN_KINDS: Mapping[str, AnswerKind] = {"text": Text(), "code": Code()}
+BUILTIN_ANSWER_KINDS: Mapping[str, AnswerKind] = {"text": Text(), "code": Code()}

@@ -268,9 +268,9 @@ def _changes(r: RunReport) -> list[Block]:
                 f"{measure_value(m, m.chosen.mean)}, mean gain {measure_value(m, m.gain, '+')} "
                 f"(over {m.chosen.n:,} records with both values)."
             )
-        elif m.kind == "score":
+        elif m.measured == "score":
             items.append("score (critic): no record has a score both initially and when chosen.")
-    if not any(m.kind == "score" for m in r.measures):
+    if not any(m.measured == "score" for m in r.measures):
         items.append("No critic scores were recorded, so no score gain.")
     return [*out, Bullets(tuple(items))]
 
@@ -443,7 +443,7 @@ def _runs(r: RunReport) -> list[Block]:
     ]
 
 
-_STRATEGY_KINDS = ("sample", "restart", "copy_retry")
+_STRATEGY_CALL_KINDS = ("sample", "restart", "copy_retry")
 
 
 def _latency(r: RunReport) -> list[Block]:
@@ -469,9 +469,9 @@ def _latency(r: RunReport) -> list[Block]:
             ),
         )
     )
-    if r.kinds:
-        kinds = ", ".join(f"{kind} {n:,}" for kind, n in r.kinds.items())
-        strategies = sum(n for kind, n in r.kinds.items() if kind in _STRATEGY_KINDS)
+    if r.call_kinds:
+        kinds = ", ".join(f"{kind} {n:,}" for kind, n in r.call_kinds.items())
+        strategies = sum(n for kind, n in r.call_kinds.items() if kind in _STRATEGY_CALL_KINDS)
         extra = f"{strategies:,} from opt-in strategies" if strategies else "none from a strategy"
         out.append(Para(f"Calls by kind: {kinds} ({extra}; repair re-asks a cut-off call)."))
     if any(d.count > len(d.sample) for d in r.latency.values()):

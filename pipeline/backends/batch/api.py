@@ -5,7 +5,7 @@
 driver is the one retry layer, and tries a failed request again at its next poll (a
 ``batches.create`` whose outcome is unknown is first looked for by its token, never
 blindly repeated). Failures are translated here into the package's errors: 401/403 into
-AuthError, everything else into a CallError carrying the status or the failure kind.
+AuthError, everything else into a CallError carrying the status or the failure's category.
 ``Sides`` holds a run's endpoints by side (generator, critic), ``open_sides`` opens them.
 """
 

@@ -325,7 +325,7 @@ class BatchDriver:
             self._finish(held, failure)
         elif isinstance(verdict, Retry):
             if verdict.counted:  # the ledger keeps it: a resumed call has used it up
-                failed.append((held.record.id, len(held.steps), result.status or result.kind))
+                failed.append((held.record.id, len(held.steps), result.status or result.category))
             self.retries += 1
         # A StepDown goes out in the next batch, at its lower level.
 

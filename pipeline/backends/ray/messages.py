@@ -48,7 +48,7 @@ class WireError:
 
     type: str  # the class name: AuthError, UnavailableError, FatalCallError or BudgetReached
     message: str
-    kind: str = ""
+    category: str = ""
     status: int | None = None
 
     @classmethod
@@ -57,13 +57,15 @@ class WireError:
         if isinstance(err, BudgetReached):
             return cls("BudgetReached", str(err))
         name = next((n for n, t in _FATAL.items() if type(err) is t), "FatalCallError")
-        return cls(name, str(err), err.kind, err.status)
+        return cls(name, str(err), err.category, err.status)
 
     def error(self) -> FatalCallError | BudgetReached:
         """The error again, as the driver raises or reports it."""
         if self.type == "BudgetReached":
             return BudgetReached(self.message)
-        return _FATAL.get(self.type, FatalCallError)(self.kind, self.message, status=self.status)
+        return _FATAL.get(self.type, FatalCallError)(
+            self.category, self.message, status=self.status
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ from .messages import PaceAsk
 __all__ = ["RATE_HEADERS", "RemoteLimiter", "answer"]
 
 RATE_HEADERS = tuple(
-    f"x-ratelimit-{what}-{kind}"
+    f"x-ratelimit-{what}-{bucket}"
     for what in ("limit", "remaining", "reset")
-    for kind in ("requests", "tokens")
+    for bucket in ("requests", "tokens")
 )
 
 
@@ -72,7 +72,7 @@ class RemoteLimiter:
         self._correction = 0
         self._headers: list[dict[str, str]] = []
         self._refused: list[float | None] = []
-        self._limits: dict[str, str] = {}  # the limit headers last passed on, by kind
+        self._limits: dict[str, str] = {}  # the limit headers last passed on, by bucket
 
     async def acquire(self, prompt_estimate: int, max_tokens: int) -> Booking:
         """Wait for a time slot (at once, while the run has no limit)."""
@@ -96,12 +96,12 @@ class RemoteLimiter:
         """Pass on headers that say something new: another limit, or a budget spent."""
         picked = {k: v for k in RATE_HEADERS if (v := headers.get(k)) is not None}
         news = False
-        for kind in ("requests", "tokens"):
-            limit = picked.get(f"x-ratelimit-limit-{kind}")
-            if limit is not None and self._limits.get(kind) != limit:
-                self._limits[kind] = limit
+        for bucket in ("requests", "tokens"):
+            limit = picked.get(f"x-ratelimit-limit-{bucket}")
+            if limit is not None and self._limits.get(bucket) != limit:
+                self._limits[bucket] = limit
                 self.limited = news = True
-            if picked.get(f"x-ratelimit-remaining-{kind}", "").strip() == "0":
+            if picked.get(f"x-ratelimit-remaining-{bucket}", "").strip() == "0":
                 news = True
         if news:
             self._headers.append(picked)

@@ -61,7 +61,7 @@ def enqueued_tokens(body: dict[str, Any]) -> int:
 
 def _line_problem(item: dict[str, Any], number: int) -> dict[str, Any] | None:
     """The error of a decoded line whose envelope is wrong, else None."""
-    for name, kind in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):
+    for name, wanted in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):
         if name not in item:
             return line_error(
                 "missing_required_parameter",
@@ -69,8 +69,8 @@ def _line_problem(item: dict[str, Any], number: int) -> dict[str, Any] | None:
                 number,
                 name,
             )
-        if not isinstance(item[name], kind) or (kind is str and not item[name]):
-            expected = "a JSON object" if kind is dict else "a non-empty string"
+        if not isinstance(item[name], wanted) or (wanted is str and not item[name]):
+            expected = "a JSON object" if wanted is dict else "a non-empty string"
             return line_error("invalid_request", f"'{name}' must be {expected}.", number, name)
     if item["method"] != "POST":
         return line_error(

@@ -124,7 +124,7 @@ class Bill:
             self._charges.clear()
 
     def to_json(self) -> dict[str, Any]:
-        """``GET /v1/sim/bill``: the total, the tokens by kind, and the charges by tier."""
+        """``GET /v1/sim/bill``: the total, the tokens by type, and the charges by tier."""
         charges = self.charges()
         tiers: dict[str, dict[str, float]] = {}
         for c in charges:

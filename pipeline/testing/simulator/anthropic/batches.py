@@ -79,8 +79,8 @@ class _Batch:
         """The API's MessageBatch object."""
         ended = self.ended is not None
         # Requests stay "processing" until the whole batch ends (as Anthropic counts them).
-        kinds = ("succeeded", "errored", "canceled", "expired")
-        counts = {k: self.counts.get(k, 0) if ended else 0 for k in kinds}
+        results = ("succeeded", "errored", "canceled", "expired")
+        counts = {k: self.counts.get(k, 0) if ended else 0 for k in results}
         archived = self.created + RESULTS_KEPT_S
         return {
             "id": self.id,
@@ -280,8 +280,8 @@ class MessageBatchStore:
                 fate=plan.fates[index],
                 now=now,
             )
-            kind = str(result["type"])
-            batch.counts[kind] = batch.counts.get(kind, 0) + 1
+            outcome = str(result["type"])
+            batch.counts[outcome] = batch.counts.get(outcome, 0) + 1
             batch.results.append(orjson.dumps({"custom_id": custom_id, "result": result}))
         batch.done = max(batch.done, target)
 

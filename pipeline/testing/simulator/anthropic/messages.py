@@ -220,7 +220,7 @@ class MessagesEngine:
         text, _ = write_answer(
             request.conversation,
             request.texts,
-            "text" if request.kind == "text" else "json",
+            "text" if request.reply_format == "text" else "json",
             request.schema,
             seed=cfg.seed,
             p_done=cfg.p_done,
@@ -233,7 +233,7 @@ class MessagesEngine:
             stop, outcome, text = "refusal", "refusal", ""
         elif limit == 0:
             stop, outcome, text = "max_tokens", "length", ""
-        elif request.kind == "tool":
+        elif request.reply_format == "tool":
             complete = not cut and estimate_tokens(len(text)) <= limit
             given = orjson.loads(text) if complete else {}
             stop, outcome = ("tool_use", "ok") if complete else ("max_tokens", "length")
