@@ -12,7 +12,7 @@ from pipeline.backends.batch.api import BatchInfo
 from pipeline.backends.batch.config import BatchConfig
 from pipeline.backends.batch.ledger import Ledger, read_ledger
 from pipeline.backends.batch.lines import (
-    Answer,
+    LineReply,
     custom_id,
     input_line,
     line_index,
@@ -138,7 +138,7 @@ def test_read_result_classifies_every_line(
     """An output/error line is an answer, a failure with its status, or a call never run."""
     result = read_result(line)
     if outcome == "answer":
-        assert result == Answer(
+        assert result == LineReply(
             "hi", "stop", {"prompt_tokens": 7, "completion_tokens": 3, "cached_tokens": 0}
         )
     elif outcome == "unfinished":

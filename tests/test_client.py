@@ -8,8 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from pipeline.client.chat import OpenAIClient, redact
+from pipeline.client.chat import OpenAIClient
 from pipeline.client.limits import Limiter
+from pipeline.client.replies import redact
 from pipeline.core.steps import Request
 from pipeline.errors import AuthError, CallError, FatalCallError, UnavailableError
 from pipeline.testing.simulator import SimConfig, Simulator

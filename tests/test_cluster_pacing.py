@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from pipeline.backends.ray.messages import PaceAsk
-from pipeline.backends.ray.pacing import RemoteLimiter, answer
+from pipeline.backends.ray.pacing import RemoteLimiter, grant
 from pipeline.client.limits import SLOWDOWN, Booking
 from tests.test_limits import FakeClock, make_limiter
 
@@ -32,7 +32,7 @@ def test_asks_of_several_workers_share_one_pace(
 ) -> None:
     """Blocks asked by different workers are paced as one stream: never above the limit."""
     limiter, _ = make_limiter(rpm, tpm)
-    waits = [answer(limiter, PaceAsk(tuple(c))) for c in costs]
+    waits = [grant(limiter, PaceAsk(tuple(c))) for c in costs]
     assert [[round(w, 6) for w in ws] for ws in waits] == expected
 
 
@@ -40,16 +40,16 @@ def test_a_limit_announced_to_one_worker_paces_the_others() -> None:
     """A header limit a worker passes on paces the slots booked for every worker after it."""
     limiter, _ = make_limiter()
     headers = {"x-ratelimit-limit-requests": "120", "x-ratelimit-remaining-requests": "119"}
-    answer(limiter, PaceAsk(headers=(headers,)))
-    assert answer(limiter, PaceAsk(((0, 0),) * 3)) == pytest.approx((0.0, 0.5, 1.0))
+    grant(limiter, PaceAsk(headers=(headers,)))
+    assert grant(limiter, PaceAsk(((0, 0),) * 3)) == pytest.approx((0.0, 0.5, 1.0))
 
 
 def test_a_429_on_one_worker_slows_the_cluster() -> None:
     """A 429 a worker reports slows the shared pace and holds it for the server's wait."""
     limiter, _ = make_limiter(rpm=600)
-    answer(limiter, PaceAsk(refused=(0.3,)))
+    grant(limiter, PaceAsk(refused=(0.3,)))
     assert limiter.factor == pytest.approx(SLOWDOWN)
-    first, second = answer(limiter, PaceAsk(((0, 0), (0, 0))))
+    first, second = grant(limiter, PaceAsk(((0, 0), (0, 0))))
     assert first == pytest.approx(0.3)
     assert second - first == pytest.approx(0.1 / SLOWDOWN)
 
@@ -57,8 +57,8 @@ def test_a_429_on_one_worker_slows_the_cluster() -> None:
 def test_token_corrections_arrive_summed() -> None:
     """Prompt tokens counted above the estimates push the token pace back by that many."""
     limiter, _ = make_limiter(tpm=6000)
-    answer(limiter, PaceAsk(((100, 0),)))  # next slot at 1.0 s
-    assert answer(limiter, PaceAsk(((0, 0),), correction=50)) == pytest.approx((1.5,))
+    grant(limiter, PaceAsk(((100, 0),)))  # next slot at 1.0 s
+    assert grant(limiter, PaceAsk(((0, 0),), correction=50)) == pytest.approx((1.5,))
 
 
 def remote(limited: bool) -> tuple[RemoteLimiter, FakeClock, list[int]]:

@@ -123,7 +123,7 @@ async def test_remote_budget_round_trip_keeps_a_single_process_cap() -> None:
                 accounts.settle(settled)
                 accounts.ask(asks)
                 await anyio.wait_all_tasks_blocked()
-                remote.answer(accounts.take())
+                remote.decided(accounts.take())
     assert results.count("refused") == 1 and budget.spent == pytest.approx(26.0)
     assert wakes
 

@@ -19,7 +19,7 @@ from pipeline.backends.ray.messages import (
     Finished,
     Halted,
     Orders,
-    Reply,
+    Report,
     Saved,
     WireError,
 )
@@ -141,18 +141,18 @@ class Driver:
     instance: str
     events: list[Event] = field(default_factory=list)
     acks: list[int] = field(default_factory=list)
-    replies: list[Reply] = field(default_factory=list)
+    reports: list[Report] = field(default_factory=list)
 
-    async def exchange(self, *, ack: bool = True, **kw: object) -> Reply:
+    async def exchange(self, *, ack: bool = True, **kw: object) -> Report:
         """One exchange; the steps it brings are acknowledged in the next one when ``ack``."""
         req = Orders(self.instance, acks=tuple(self.acks), poll_s=0.05, **kw)  # type: ignore[arg-type]
         self.acks = []
-        reply = await self.worker.exchange(req)
-        self.replies.append(reply)
-        self.events += reply.events
+        report = await self.worker.exchange(req)
+        self.reports.append(report)
+        self.events += report.events
         if ack:
-            self.acks = [e.seq for e in reply.events if isinstance(e, Saved)]
-        return reply
+            self.acks = [e.seq for e in report.events if isinstance(e, Saved)]
+        return report
 
     async def until(
         self, done: Callable[[list[Event]], bool], *, ack: bool = True, **first: object
@@ -266,17 +266,17 @@ async def test_a_request_for_an_earlier_process_is_ignored() -> None:
     """Acks and records meant for an actor's process that died are not taken by its successor."""
     async with started() as (driver, sim):
         stale = Orders("an-earlier-process", acks=(0,), assign=(Assignment(record()),))
-        reply = await driver.worker.exchange(stale)
-        assert reply.instance == driver.instance and reply.events == ()
+        report = await driver.worker.exchange(stale)
+        assert report.instance == driver.instance and report.events == ()
         await anyio.sleep(0.1)
         assert sim.requests == []
 
 
 def test_messages_cross_processes() -> None:
-    """A reply with every sort of event survives pickling unchanged."""
+    """A report with every sort of event survives pickling unchanged."""
     step = Step("generate", 0, [{"role": "user", "content": "x"}], "y", None, {}, 0.1, 1)
     outcome = Outcome(record(), "done", "y", 0, 0, "max_iters", None, ())
-    reply = Reply(
+    report = Report(
         "i",
         1,
         "host",
@@ -284,7 +284,7 @@ def test_messages_cross_processes() -> None:
         reserve=((0, "sim-model", 120, 1024),),
         settled=((0, {"prompt_tokens": 100, "completion_tokens": 7}), (1, None)),
     )
-    assert pickle.loads(pickle.dumps(reply)) == reply
+    assert pickle.loads(pickle.dumps(report)) == report
 
 
 def test_status_shows_the_workers_of_a_live_run() -> None:

@@ -51,7 +51,7 @@ from .outage import (
 from .prices import at_batch_rate
 from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable, unreachable_error
 from .replicas import Endpoint, Endpoints
-from .replies import error_message, http_client, read_answer, redact
+from .replies import error_message, http_client, read_reply, redact
 from .retry import (
     OutageState,
     classify_status,
@@ -61,7 +61,7 @@ from .retry import (
     retry_after,
 )
 
-__all__ = ["OpenAIClient", "error_message", "read_answer", "redact"]
+__all__ = ["OpenAIClient"]
 
 
 class _Failed(Exception):
@@ -222,7 +222,7 @@ class OpenAIClient:
             endpoint.in_flight += 1
             sent_at = self._clock()
             try:
-                answer = await self._attempt(endpoint, sent, body, request.max_tokens)
+                reply = await self._attempt(endpoint, sent, body, request.max_tokens)
             except _Failed as failed:
                 error = failed
             else:
@@ -230,7 +230,7 @@ class OpenAIClient:
                 self.capacity.succeeded()
                 self.formats.succeeded(level)
                 tries = attempts.succeeded(round(self._clock() - sent_at, 4))
-                return self._completion(answer, sent, started, len(attempts.tries), tries)
+                return self._completion(reply, sent, started, len(attempts.tries), tries)
             finally:
                 endpoint.in_flight -= 1
             failure = error.failure
@@ -342,25 +342,25 @@ class OpenAIClient:
 
     def _completion(
         self,
-        answer: dict[str, Any],
+        reply: dict[str, Any],
         sent: list[dict[str, str]],
         started: float,
         attempts: int,
         tries: tuple[Try, ...],
     ) -> Completion:
-        usage = answer["usage"]
+        usage = reply["usage"]
         return Completion(
-            text=answer["text"],
+            text=reply["text"],
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             cached_tokens=usage["cached_tokens"],
             latency_s=round(self._clock() - started, 4),
             attempts=attempts,
-            finish_reason=answer["finish_reason"],
+            finish_reason=reply["finish_reason"],
             messages=sent,
             model=self._model,
             tries=tries,
-            service_tier=answer["service_tier"],
+            service_tier=reply["service_tier"],
         )
 
     async def _attempt(
@@ -370,7 +370,7 @@ class OpenAIClient:
         body: dict[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        """One HTTP request: the parsed answer, or _Failed."""
+        """One HTTP request: the parsed reply, or _Failed."""
         estimate = estimate_tokens(sent)
         reservation: Reservation | None = None
         if self.budget is not None:
@@ -382,14 +382,14 @@ class OpenAIClient:
             self.calls += 1
             raw = await self._post(endpoint, sent, body)
             self.limiter.observe(raw.headers)
-            answer = _parse(raw.content)
-            usage = answer["usage"]
+            reply = _parse(raw.content)
+            usage = reply["usage"]
             if reservation is not None:  # settled at the rate of the tier that served it
-                batch = at_batch_rate(None, answer["service_tier"])
+                batch = at_batch_rate(None, reply["service_tier"])
                 reservation = replace(reservation, batch=batch)
             self.limiter.settle(booking, usage["prompt_tokens"])
             self.succeeded += 1
-            return answer
+            return reply
         finally:
             if self.budget is not None:
                 self.budget.settle(reservation, usage)
@@ -470,13 +470,13 @@ class OpenAIClient:
 
 
 def _parse(body: bytes) -> dict[str, Any]:
-    """The answer's text, finish reason and usage; _Failed when the body is not an answer."""
+    """The reply's text, finish reason and usage; _Failed when the body is no chat completion."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as err:
         failure = CallError("bad_response", f"malformed response body ({len(body)} bytes)")
         raise _Failed(failure) from err
     try:
-        return read_answer(data)
+        return read_reply(data)
     except CallError as failure:
         raise _Failed(failure) from failure

@@ -1,4 +1,4 @@
-"""What an endpoint answered: the chat completion's text and usage, or its error message.
+"""What an endpoint replied: the chat completion's text and usage, or its error message.
 
 Shared by the real-time client (``chat``) and the Batch API driver, whose output lines
 carry the same objects.
@@ -13,7 +13,7 @@ import openai
 
 from ..errors import CallError
 
-__all__ = ["error_message", "http_client", "read_answer", "redact"]
+__all__ = ["error_message", "http_client", "read_reply", "redact"]
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -23,7 +23,7 @@ def redact(text: str, secret: str | None) -> str:
     return text
 
 
-def read_answer(data: Any) -> dict[str, Any]:
+def read_reply(data: Any) -> dict[str, Any]:
     """The text, finish reason and usage of a chat completion object; CallError if it is none.
 
     Shared with the Batch API driver, whose output lines carry the same object.

@@ -20,8 +20,8 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 import openai
 
-from ...client.chat import error_message, redact
 from ...client.reach import PREFLIGHT_S, preflight
+from ...client.replies import error_message, redact
 from ...client.retry import classify_status
 from ...core.steps import Role
 from ...errors import AuthError, CallError

@@ -55,7 +55,7 @@ from .batches import Batches
 from .config import BatchConfig
 from .control import Control
 from .ledger import Entry, Ledger
-from .lines import LINE_OVERHEAD, Answer, read_result, request_body, split
+from .lines import LINE_OVERHEAD, LineReply, read_result, request_body, split
 from .window import Held, Window
 
 __all__ = ["BatchDriver"]
@@ -309,8 +309,8 @@ class BatchDriver:
             return
         request = call.request
         sent, _ = self.formats.request(request.messages, request.schema, level)
-        if isinstance(result, Answer):
-            await self._answered(held, self.sides.named(entry.side), info, sent, result, latency)
+        if isinstance(result, LineReply):
+            await self._replied(held, self.sides.named(entry.side), info, sent, result, latency)
             return
         self._release(held)
         attempts.failed(result, latency)
@@ -329,27 +329,27 @@ class BatchDriver:
             self.retries += 1
         # A StepDown goes out in the next batch, at its lower level.
 
-    async def _answered(
+    async def _replied(
         self,
         held: Held,
         side: Side,
         info: BatchInfo,
         sent: list[dict[str, str]],
-        answer: Answer,
+        reply: LineReply,
         latency: float,
     ) -> None:
         call, attempts = held.call, held.attempts
         assert call is not None and attempts is not None
-        usage = answer.usage
+        usage = reply.usage
         tries = attempts.succeeded(latency)
         comp = Completion(
-            text=answer.text,
+            text=reply.text,
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             cached_tokens=usage["cached_tokens"],
             latency_s=latency,
             attempts=len(attempts.tries),
-            finish_reason=answer.finish_reason,
+            finish_reason=reply.finish_reason,
             messages=sent,
             model=side.model,
             tries=tries,

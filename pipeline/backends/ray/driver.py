@@ -3,7 +3,7 @@
 The driver keeps what a single process keeps, the reader, the checkpoint journal and the
 output files, so no filesystem is shared and resume is unchanged. Each worker runs up to
 ``--concurrency`` records; the driver keeps one ``exchange`` call in flight per worker
-(see ``messages``): it journals the steps a reply brings, acknowledges them in the next
+(see ``messages``): it journals the steps a report brings, acknowledges them in the next
 orders, writes finished records, refills the worker, and answers its asks for time slots
 (``pacing``) and budget reservations (``spending``).
 
@@ -38,8 +38,8 @@ from ...runs.clients import ClientPlan
 from ...runs.session import CallCounts, Session, StopReason, stop_reason_of
 from .connect import connect
 from .jobfiles import JobFiles
-from .messages import Assignment, Crashed, Finished, Halted, Orders, Reply, Saved
-from .pacing import answer
+from .messages import Assignment, Crashed, Finished, Halted, Orders, Report, Saved
+from .pacing import grant
 from .spending import Accounts, reached
 from .worker import Worker, WorkerSpec
 
@@ -236,7 +236,7 @@ class _Link:
                 continue
             free = run.concurrency - len(self.running)
             assign = [] if stopping else run.dispatch.take(free)
-            owed = self.acks or any(self.waits) or self.accounts.answers
+            owed = self.acks or any(self.waits) or self.accounts.decisions
             if not assign and not self.running and not owed:
                 await run.dispatch.wait()
                 continue
@@ -252,14 +252,14 @@ class _Link:
             )
             self.acks, self.waits = [], ()
             try:
-                reply: Reply = await self.handle.exchange.remote(orders)
+                report: Report = await self.handle.exchange.remote(orders)
             except ray.exceptions.RayActorError as err:
                 self._lost(_first_line(err))
                 continue
-            if reply.instance != self.instance:
+            if report.instance != self.instance:
                 self._lost("its process was restarted")
                 continue
-            await self._absorb(reply)
+            await self._absorb(report)
             run.publish()
 
     async def _start(self) -> None:
@@ -311,15 +311,15 @@ class _Link:
             log.warning("Ray worker %d died %d times: given up", self.index, self.deaths)
         self.run.publish()
 
-    async def _absorb(self, reply: Reply) -> None:
-        """Journal the reply's steps, write its finished records, answer its asks."""
+    async def _absorb(self, report: Report) -> None:
+        """Journal the report's steps, write its finished records, answer its asks."""
         run, session = self.run, self.run.session
-        self.pid, self.node = reply.pid, reply.node
-        self.stats = (reply.calls, reply.retries, reply.rate_limited)
-        saves = [e for e in reply.events if isinstance(e, Saved)]
+        self.pid, self.node = report.pid, report.node
+        self.stats = (report.calls, report.retries, report.rate_limited)
+        saves = [e for e in report.events if isinstance(e, Saved)]
         if saves and not await self._journal(saves):
             return
-        for event in reply.events:
+        for event in report.events:
             if isinstance(event, Finished):
                 running = self.running.pop(event.outcome.record.id)
                 steps = (*running.steps, *event.outcome.steps)
@@ -342,10 +342,10 @@ class _Link:
                     f"Ray worker {self.index} failed on record {event.record_id}:\n{event.text}"
                 )
         self.waits = tuple(
-            answer(limiter, ask) for limiter, ask in zip(run.limiters, reply.pace, strict=False)
+            grant(limiter, ask) for limiter, ask in zip(run.limiters, report.pace, strict=False)
         )
-        self.accounts.settle(reply.settled)
-        self.accounts.ask(reply.reserve)
+        self.accounts.settle(report.settled)
+        self.accounts.ask(report.reserve)
 
     async def _journal(self, saves: list[Saved]) -> bool:
         """Journal the steps (one group commit) and charge them; False when that failed."""
@@ -406,7 +406,7 @@ class RayDriver:
                     await conn.close()
 
     def counts(self) -> CallCounts:
-        """Calls, retries and 429s of the workers' clients, as their last replies said."""
+        """Calls, retries and 429s of the workers' clients, as their last reports said."""
         return CallCounts() if self._run is None else self._run.counts
 
     async def run(self) -> None:

@@ -1,10 +1,10 @@
 """What the driver and a Ray worker say to each other.
 
-The driver keeps one call in flight per worker, ``Worker.exchange(Orders) -> Reply``.
-The orders carry acknowledgements of journaled steps, records to run, answers to the
-worker's asks (time slots, budget reservations) and whether to stop; the reply carries what
+The driver keeps one call in flight per worker, ``Worker.exchange(Orders) -> Report``.
+The orders carry acknowledgements of journaled steps, records to run, decisions on the
+worker's asks (time slots, budget reservations) and whether to stop; the report carries what
 happened since (steps to journal, records finished or halted, calls settled) and the
-worker's new asks. Time slots asked in a reply are answered by the very next orders, in
+worker's new asks. Time slots asked in a report are answered by the very next orders, in
 order; a reservation is answered by its number, later when it has to wait for money.
 Everything here crosses process boundaries: plain values only (errors too, see WireError).
 """
@@ -26,7 +26,7 @@ __all__ = [
     "Halted",
     "Orders",
     "PaceAsk",
-    "Reply",
+    "Report",
     "Saved",
     "WireError",
 ]
@@ -143,7 +143,7 @@ class Orders:
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class Report:
     """A worker to the driver."""
 
     instance: str

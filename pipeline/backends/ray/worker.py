@@ -41,7 +41,7 @@ from .messages import (
     Finished,
     Halted,
     Orders,
-    Reply,
+    Report,
     Saved,
     WireError,
 )
@@ -139,7 +139,7 @@ class _Session:
         self._changed.set()
 
     def emit(self, event: Event) -> None:
-        """Queue an event for the next reply."""
+        """Queue an event for the next report."""
         self.outbox.append(event)
         self.wake()
 
@@ -179,7 +179,7 @@ class _Session:
             del self.known[rid]
 
     def has_news(self) -> bool:
-        """Whether the next reply has something to say."""
+        """Whether the next report has something to say."""
         budget = self.remote_budget
         return bool(
             self.outbox
@@ -241,12 +241,12 @@ class Worker:
             for client in session.clients:
                 await client.aclose()
 
-    async def exchange(self, req: Orders) -> Reply:
+    async def exchange(self, req: Orders) -> Report:
         """Take the driver's news, wait a little for ours, and return it."""
         s = self._session
         if s is None or req.instance != self.instance:
             # Meant for an earlier process of this actor: its acks and records mean nothing here.
-            return Reply(self.instance, os.getpid(), self.node)
+            return Report(self.instance, os.getpid(), self.node)
         for seq in req.acks:
             journaled = s.unacked.pop(seq, None)
             if journaled is not None:
@@ -254,7 +254,7 @@ class Worker:
         for limiter, waits in zip(s.limiters, req.waits, strict=False):
             limiter.grant(waits)
         if s.remote_budget is not None:
-            s.remote_budget.answer(req.reserved)
+            s.remote_budget.decided(req.reserved)
         if req.stop:
             s.stopping = True
         assert s.task_group is not None
@@ -265,7 +265,7 @@ class Worker:
         events, s.outbox = tuple(s.outbox), []
         reserve, settled = s.remote_budget.take() if s.remote_budget is not None else ((), ())
         calls, retries, limited = s.stats()
-        return Reply(
+        return Report(
             self.instance,
             os.getpid(),
             self.node,
