@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline.core.extraction import comment_commentary
 from pipeline.core.metrics import MetricSpec
-from pipeline.sandbox import Policy, SandboxMode, SandboxResult, current_mode, run_python
+from pipeline.sandbox import SandboxMode, SandboxPolicy, SandboxResult, current_mode, run_python
 
 CALL = "solution()"
 TIMEOUT_S = 5.0
@@ -39,7 +39,7 @@ METRICS = {"correct": MetricSpec("label")}
 @functools.lru_cache(maxsize=512)
 def _run_in(program: str, mode: SandboxMode) -> SandboxResult:
     return run_python(
-        program, call=CALL, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=Policy(mode)
+        program, call=CALL, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=SandboxPolicy(mode)
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.client.attempts import Attempts, FailRecord, Retry, StepDown, StopRun, Verdict
+from pipeline.client.attempts import Attempts, FailRecord, HaltRun, Retry, StepDown, Verdict
 from pipeline.client.delays import NO_DELAYS
 from pipeline.client.formats import FormatLadder
 from pipeline.client.retry import OutageState
@@ -56,9 +56,9 @@ def one_more(
         # an endpoint in an outage: the call waits for its probes, using up nothing
         (HTTP500, 2, False, OPEN, Retry(0.0, counted=False)),
         # ... until the outage outlasts what the run waits: the run stops
-        (HTTP500, 0, False, GONE, StopRun),
+        (HTTP500, 0, False, GONE, HaltRun),
         # a failure every record would meet stops the run at once
-        (AUTH, 0, False, CLOSED, StopRun),
+        (AUTH, 0, False, CLOSED, HaltRun),
     ],
 )
 def test_what_follows_a_failed_attempt(
@@ -66,7 +66,7 @@ def test_what_follows_a_failed_attempt(
     counted: int,
     structured: bool,
     outage: OutageState,
-    expected: Verdict | type[FailRecord | StopRun],
+    expected: Verdict | type[FailRecord | HaltRun],
 ) -> None:
     """Step down, retry (counted or not), fail the record or stop the run, as the table says."""
     verdict, _ = one_more(failure, counted=counted, structured=structured, outage=outage)
@@ -111,10 +111,10 @@ def test_a_stop_keeps_the_fatal_type_or_names_the_outage() -> None:
     """A fatal failure stops the run as itself (its type kept); an outage past its limit as
     UnavailableError naming how long it lasted; both with the trace data."""
     auth, _ = one_more(AUTH)
-    assert isinstance(auth, StopRun) and type(auth.error) is AuthError
+    assert isinstance(auth, HaltRun) and type(auth.error) is AuthError
     assert auth.error.attempts == 1 and auth.error.model == "m" and auth.cause is AUTH
     gone, _ = one_more(HTTP500, outage=GONE)
-    assert isinstance(gone, StopRun) and isinstance(gone.error, UnavailableError)
+    assert isinstance(gone, HaltRun) and isinstance(gone.error, UnavailableError)
     assert "failing for 301 s" in str(gone.error) and "HTTP 500" in str(gone.error)
     assert gone.error.status == 500 and gone.error.messages == SENT
 

@@ -240,13 +240,13 @@ async def test_a_record_resumes_from_the_steps_it_is_given() -> None:
         assert len(sim.requests) == len(roles)
 
 
-async def test_stop_lets_calls_in_flight_finish_and_starts_no_more() -> None:
-    """After a stop request the calls in flight are journaled and every record halts unfinished."""
+async def test_a_halt_lets_calls_in_flight_finish_and_starts_no_more() -> None:
+    """After a halt request the calls in flight are journaled and every record halts unfinished."""
     async with started(SimConfig(latency_s=0.2), max_iters=3) as (driver, sim):
         records = tuple(Assignment(record(i)) for i in range(4))
         await driver.exchange(assign=records)
         await anyio.sleep(0.05)  # the four first calls are in flight
-        await driver.until(finished(4), stop=True)
+        await driver.until(finished(4), halt=True)
         assert len(sim.requests) == 4
     halted = [e for e in driver.events if isinstance(e, Halted)]
     assert len(halted) == 4 and all(h.error is None for h in halted)
@@ -320,7 +320,7 @@ async def test_worker_gate_passes_a_cut_off_retrys_frequency_penalty() -> None:
     from tests.fakes import ScriptedClient
 
     inner = ScriptedClient(["short answer"])
-    gate = _Gate(inner, SimpleNamespace(stopping=False))  # type: ignore[arg-type]
+    gate = _Gate(inner, SimpleNamespace(halting=False))  # type: ignore[arg-type]
     await gate.complete(
         Request(
             ({"role": "user", "content": "q"},),

@@ -10,7 +10,7 @@ import pytest
 from pipeline import Settings, run
 from pipeline.client import replicas as replicas_mod
 from pipeline.client.outage import Outage
-from pipeline.client.replicas import PROBE_EVERY_S, Endpoint, Endpoints
+from pipeline.client.replicas import PROBE_EVERY_S, Replica, Replicas
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 from tests.test_limits import FakeClock
@@ -18,12 +18,12 @@ from tests.test_limits import FakeClock
 
 def replicas(
     clock: FakeClock, loads: list[int], down: tuple[float | None, ...] = ()
-) -> Endpoints[str]:
-    """Endpoints named e0, e1, ... with requests in flight ``loads``; ``down[i]`` opens e{i}'s
+) -> Replicas[str]:
+    """Replicas named e0, e1, ... with requests in flight ``loads``; ``down[i]`` opens e{i}'s
     breaker at that time."""
     all_ = []
     for i, load in enumerate(loads):
-        e = Endpoint(f"e{i}", f"conn{i}", Outage(300.0, 30.0, clock, threshold=2))
+        e = Replica(f"e{i}", f"conn{i}", Outage(300.0, 30.0, clock, threshold=2))
         e.in_flight = load
         when = down[i] if i < len(down) else None
         if when is not None:
@@ -32,7 +32,7 @@ def replicas(
             e.outage.failed()
             clock.now = saved
         all_.append(e)
-    return Endpoints(all_, clock)
+    return Replicas(all_, clock)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from pipeline.core.loop import (
     Next,
     Policy,
     Stop,
-    Why,
+    StopReason,
     next_call,
     plan,
     refine_record,
@@ -79,12 +79,20 @@ PLAN_CASES = [
     pytest.param([], SCORED, 3, nxt("generate", 0), id="start-generates"),
     pytest.param([gen()], SCORED, 3, nxt("feedback", 0), id="generate-then-feedback"),
     pytest.param([gen()], UNSCORED, 3, nxt("feedback", 0), id="unscored-generate-then-feedback"),
-    pytest.param([gen(), fb(0, done=True)], SCORED, 3, Stop(Why.DONE), id="done"),
+    pytest.param([gen(), fb(0, done=True)], SCORED, 3, Stop(StopReason.DONE), id="done"),
     pytest.param(
-        [gen(), fb(0, done=True, score=2)], SCORED, 3, Stop(Why.DONE), id="done-beats-low-score"
+        [gen(), fb(0, done=True, score=2)],
+        SCORED,
+        3,
+        Stop(StopReason.DONE),
+        id="done-beats-low-score",
     ),
-    pytest.param([gen(), fb(0, score=10)], SCORED, 3, Stop(Why.SCORE), id="score-at-threshold"),
-    pytest.param([gen(), fb(0, score=8)], THRESHOLD_8, 3, Stop(Why.SCORE), id="score-equal-8"),
+    pytest.param(
+        [gen(), fb(0, score=10)], SCORED, 3, Stop(StopReason.SCORE), id="score-at-threshold"
+    ),
+    pytest.param(
+        [gen(), fb(0, score=8)], THRESHOLD_8, 3, Stop(StopReason.SCORE), id="score-equal-8"
+    ),
     pytest.param([gen(), fb(0, score=9.5)], SCORED, 3, nxt("refine", 1), id="score-below"),
     pytest.param([gen(), fb(0, score=10)], UNSCORED, 3, nxt("refine", 1), id="unscored-no-score"),
     pytest.param(
@@ -105,27 +113,33 @@ PLAN_CASES = [
         [gen("def f():\n    return 1"), fb(0), ref(1, "def f():\n  return   1\n")],
         SCORED,
         3,
-        Stop(Why.NO_CHANGE),
+        Stop(StopReason.NO_CHANGE),
         id="no-change-modulo-whitespace",
     ),
     pytest.param(
         [gen(), fb(0), ref(1, "v1"), fb(1), ref(2, "v1")],
         UNSCORED,
         5,
-        Stop(Why.NO_CHANGE),
+        Stop(StopReason.NO_CHANGE),
         id="no-change-later-unscored",
     ),
     # max_iters: the last answer gets a feedback only when the job scores
     pytest.param([gen(), fb(0), ref(1)], SCORED, 1, nxt("feedback", 1), id="scored-last-feedback"),
-    pytest.param([gen(), fb(0), ref(1)], UNSCORED, 1, Stop(Why.MAX_ITERS), id="unscored-last"),
     pytest.param(
-        [gen(), fb(0), ref(1), fb(1, score=10)], SCORED, 1, Stop(Why.SCORE), id="threshold-at-max"
+        [gen(), fb(0), ref(1)], UNSCORED, 1, Stop(StopReason.MAX_ITERS), id="unscored-last"
     ),
     pytest.param(
-        [gen(), fb(0), ref(1, "v0")], SCORED, 1, Stop(Why.MAX_ITERS), id="copy-at-max-is-max"
+        [gen(), fb(0), ref(1), fb(1, score=10)],
+        SCORED,
+        1,
+        Stop(StopReason.SCORE),
+        id="threshold-at-max",
+    ),
+    pytest.param(
+        [gen(), fb(0), ref(1, "v0")], SCORED, 1, Stop(StopReason.MAX_ITERS), id="copy-at-max-is-max"
     ),
     # --max-iters 0: initial generation only, no feedback even for a scored job
-    pytest.param([gen()], SCORED, 0, Stop(Why.MAX_ITERS), id="max-iters-0-scored"),
+    pytest.param([gen()], SCORED, 0, Stop(StopReason.MAX_ITERS), id="max-iters-0-scored"),
 ]
 
 
@@ -139,10 +153,12 @@ def test_min_iters_defers_the_critics_verdict() -> None:
     """With min_iters=1 the critic's done (or a top score) on the first draft does not stop,
     and a copy of an answer the critic called done stops as done."""
     steps = [gen("draft"), fb(0, done=True, score=10)]
-    assert plan(steps, SCORED, Policy(2)) == Stop(Why.DONE)
+    assert plan(steps, SCORED, Policy(2)) == Stop(StopReason.DONE)
     assert plan(steps, SCORED, Policy(2, min_iters=1)) == nxt("refine", 1)
-    assert plan([*steps, ref(1, "draft")], SCORED, Policy(3, 1)) == Stop(Why.DONE)
-    assert plan([gen("draft"), fb(0), ref(1, "draft")], SCORED, Policy(3, 1)) == Stop(Why.NO_CHANGE)
+    assert plan([*steps, ref(1, "draft")], SCORED, Policy(3, 1)) == Stop(StopReason.DONE)
+    assert plan([gen("draft"), fb(0), ref(1, "draft")], SCORED, Policy(3, 1)) == Stop(
+        StopReason.NO_CHANGE
+    )
 
 
 # -- the default choice ----------------------------------------------------------------------

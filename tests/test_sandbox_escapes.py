@@ -16,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.sandbox import KERNEL_LAYERS, Layer, Policy, SandboxMode, SandboxResult, run_python
+from pipeline.sandbox import (
+    KERNEL_LAYERS,
+    Layer,
+    SandboxMode,
+    SandboxPolicy,
+    SandboxResult,
+    run_python,
+)
 from pipeline.sandbox.kernel import MAX_THREADS
 from pipeline.sandbox.kernel.privileges import PRIVATE_BASE
 from tests.hostile_model import DISABLE_HOOK
@@ -346,7 +353,7 @@ def test_a_child_reports_every_layer_in_force() -> None:
 def test_kernel_layers_alone_deny_without_the_hook() -> None:
     """With only the kernel's layers asked for, the audit hook is absent, and the kernel
     still refuses (what `refine sandbox` shows)."""
-    policy = Policy(SandboxMode.STRICT, KERNEL_LAYERS)
+    policy = SandboxPolicy(SandboxMode.STRICT, KERNEL_LAYERS)
     result = run_python("import _posixsubprocess\nimport socket\nsocket.socket()", policy=policy)
     refused(result, by_kernel=True)
     assert result.confinement is not None and Layer.AUDIT_HOOK not in result.confinement.applied

@@ -207,9 +207,9 @@ def test_strict_children_refuse_to_run_unconfined(tmp_path: Path) -> None:
     """Where Landlock is missing, a strict child never runs the program (its output is
     absent, the error names the layer); a weak one runs it and reports the gap."""
     script = (
-        "from pipeline.sandbox import Policy, SandboxMode, run_python\n"
+        "from pipeline.sandbox import SandboxPolicy, SandboxMode, run_python\n"
         "for mode in (SandboxMode.STRICT, SandboxMode.WEAK):\n"
-        "    r = run_python(\"print('ran')\", policy=Policy(mode))\n"
+        "    r = run_python(\"print('ran')\", policy=SandboxPolicy(mode))\n"
         "    missing = sorted(m.value for m in r.confinement.missing)\n"
         "    print(mode.value, repr(r.stdout), r.error, missing)\n"
     )

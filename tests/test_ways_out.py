@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from pipeline import RunDirError, Settings, run
-from pipeline.runs.session import Stopping, conclude
+from pipeline.runs.session import Halting, conclude
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
@@ -115,7 +115,7 @@ def test_the_retry_failed_hint_only_where_it_applies(
 ) -> None:
     """The end-of-run message offers --retry-failed for failed records, and says how to
     fix unreadable lines, each only when there are some."""
-    state, code, message = conclude(Stopping(), failed, bad)
+    state, code, message = conclude(Halting(), failed, bad)
     assert (state, code) == ("finished", 1)
     assert message is not None and hint in message
     if absent is not None:

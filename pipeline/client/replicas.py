@@ -1,10 +1,10 @@
-"""Several endpoints of one model: requests go to the least loaded, a failing one is drained.
+"""Several replicas of one model: requests go to the least loaded, a failing one is drained.
 
 ``--base-url`` given more than once names replicas of the same model (vLLM or llama.cpp
-servers). Each has its own outage breaker. A request goes to the healthy endpoint with
-the fewest requests in flight; an endpoint in an outage is drained (it gets no traffic)
+servers). Each has its own outage breaker. A request goes to the healthy replica with
+the fewest requests in flight; a replica in an outage is drained (it gets no traffic)
 and probed every few seconds (the client's probe, then the call that sent it) until it
-answers again. When every endpoint is in an outage, requests queue for one-at-a-time
+answers again. When every replica is in an outage, requests queue for one-at-a-time
 probes, exactly as with a single endpoint, and the run stops once the outage has lasted
 past ``--max-outage``.
 """
@@ -16,16 +16,16 @@ from typing import Generic, TypeVar
 
 from .outage import Outage
 
-__all__ = ["PROBE_EVERY_S", "Endpoint", "Endpoints"]
+__all__ = ["PROBE_EVERY_S", "Replica", "Replicas"]
 
-# How often a drained endpoint is probed while others carry the traffic.
+# How often a drained replica is probed while others carry the traffic.
 PROBE_EVERY_S = 5.0
 
 T = TypeVar("T")
 
 
-class Endpoint(Generic[T]):
-    """One base URL, its connection (``conn``), its breaker and its load."""
+class Replica(Generic[T]):
+    """One replica: its base URL, its connection (``conn``), its breaker and its load."""
 
     __slots__ = ("conn", "in_flight", "next_probe", "outage", "takes_cache_key", "url")
 
@@ -38,23 +38,23 @@ class Endpoint(Generic[T]):
         self.takes_cache_key = True  # False once it refused ``prompt_cache_key``
 
 
-class Endpoints(Generic[T]):
-    """The endpoints of one model, and the choice of the next one to use."""
+class Replicas(Generic[T]):
+    """The replicas of one model, and the choice of the next one to use."""
 
     __slots__ = ("_clock", "all")
 
-    def __init__(self, endpoints: Sequence[Endpoint[T]], clock: Callable[[], float]) -> None:
-        if not endpoints:
-            raise ValueError("at least one endpoint")
-        self.all = list(endpoints)
+    def __init__(self, replicas: Sequence[Replica[T]], clock: Callable[[], float]) -> None:
+        if not replicas:
+            raise ValueError("at least one replica")
+        self.all = list(replicas)
         self._clock = clock
 
-    def healthy(self) -> list[Endpoint[T]]:
-        """Endpoints whose breaker is closed."""
+    def healthy(self) -> list[Replica[T]]:
+        """Replicas whose breaker is closed."""
         return [e for e in self.all if not e.outage.open]
 
-    def pick(self) -> Endpoint[T]:
-        """The endpoint for the next request.
+    def pick(self) -> Replica[T]:
+        """The replica for the next request.
 
         The least loaded healthy one; now and then (every PROBE_EVERY_S, and no sooner than
         its breaker's next probe) a drained one, to be probed, when no probe of it is in

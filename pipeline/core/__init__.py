@@ -25,7 +25,7 @@ from .answer_kinds import AnswerKind, Selection
 from .choice import Choice, choose
 from .jobs import InputField, Job, builtin_jobs, render
 from .loader import load_job
-from .loop import Call, Policy, Stop, Why, finish, make_step, next_call, refine_record
+from .loop import Call, Policy, Stop, StopReason, finish, make_step, next_call, refine_record
 from .metrics import MetricSpec
 from .records import Record
 from .steps import CallKind, Completion, ModelClient, Outcome, Role, Step, StepSink, Try
@@ -49,9 +49,9 @@ __all__ = [
     "Step",
     "StepSink",
     "Stop",
+    "StopReason",
     "Strategies",
     "Try",
-    "Why",
     "builtin_jobs",
     "choose",
     "finish",

@@ -47,7 +47,7 @@ __all__ = [
     "Next",
     "Policy",
     "Stop",
-    "Why",
+    "StopReason",
     "call_failed",
     "failed_step",
     "finish",
@@ -64,7 +64,7 @@ CUT_OFF = "The answer was cut off at the length limit: give a shorter, complete 
 RETRY_FREQUENCY_PENALTY = 0.5
 
 
-class Why(enum.StrEnum):
+class StopReason(enum.StrEnum):
     """Why a record's loop stopped (the output line's ``stop_reason``)."""
 
     DONE = "done"  # the critic said done
@@ -87,7 +87,7 @@ class Policy:
 class Stop:
     """The loop is over, and why."""
 
-    reason: Why
+    reason: StopReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +124,10 @@ def _verdict(job: Job, feedback: Step, answer: Step | None, t: int, min_iters: i
         return None
     parsed = feedback.parsed
     if parsed is not None and parsed.get(job.done_field) is True:
-        return Stop(Why.DONE)
+        return Stop(StopReason.DONE)
     score = score_of(job, feedback)
     if job.score_threshold is not None and score is not None and score >= job.score_threshold:
-        return Stop(Why.SCORE)
+        return Stop(StopReason.SCORE)
     return None
 
 
@@ -153,7 +153,7 @@ def plan(steps: Sequence[Step], job: Job, policy: Policy) -> Next | Stop:
         if verdict is not None:
             return verdict
         if t >= policy.max_iters:
-            return Stop(Why.MAX_ITERS)
+            return Stop(StopReason.MAX_ITERS)
         return Next("refine", CallKind.ANSWER, t + 1)
     refined = answer_of(job.answer_kind, steps, t - 1) if t > 0 else None
     made = [s for s in steps if s.role != "feedback" and s.iteration == t]
@@ -164,9 +164,11 @@ def plan(steps: Sequence[Step], job: Job, policy: Policy) -> Next | Stop:
     if refined is not None and now is not None and _same(now.output, refined.output):
         earlier = feedback_on(steps, t - 1)
         verdict = None if earlier is None else _verdict(job, earlier, now, t, policy.min_iters)
-        return verdict or Stop(Why.MAX_ITERS if t >= policy.max_iters else Why.NO_CHANGE)
+        return verdict or Stop(
+            StopReason.MAX_ITERS if t >= policy.max_iters else StopReason.NO_CHANGE
+        )
     if policy.max_iters == 0 or (t >= policy.max_iters and not job.scored):
-        return Stop(Why.MAX_ITERS)
+        return Stop(StopReason.MAX_ITERS)
     return Next("feedback", CallKind.FEEDBACK, t)
 
 
@@ -381,7 +383,7 @@ def call_failed(
 ) -> Outcome:
     """The outcome of a record whose call failed for good: failed, the call in its trace."""
     error = {"type": err.category, "message": f"{call.role} (iteration {call.iteration}): {err}"}
-    return finish(job, record, [*steps, failed_step(call, err)], Why.ERROR, error)
+    return finish(job, record, [*steps, failed_step(call, err)], StopReason.ERROR, error)
 
 
 async def refine_record(

@@ -17,12 +17,12 @@ from .payoff import Rates, reasoning, recommend
 __all__ = [
     "Block",
     "Bullets",
-    "Code",
     "Heading",
     "Image",
     "Para",
     "Table",
     "Text",
+    "Verbatim",
     "build",
     "dollars",
     "measure_value",
@@ -32,13 +32,13 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class Code:
+class Verbatim:
     """A literal (a file name, a stop reason, a command), shown in a fixed-width font."""
 
     text: str
 
 
-Inline = str | Code
+Inline = str | Verbatim
 Text = Inline | tuple[Inline, ...]
 
 
@@ -164,11 +164,11 @@ def _header(r: RunReport) -> list[Block]:
         Table(
             ("", ""),
             (
-                ("run directory", Code(str(run.run_dir))),
-                ("job", Code(run.job)),
-                ("model", Code(run.model)),
+                ("run directory", Verbatim(str(run.run_dir))),
+                ("job", Verbatim(run.job)),
+                ("model", Verbatim(run.model)),
                 ("state", run.state + (f" ({when})" if when else "")),
-                ("input", Code(run.input_path)),
+                ("input", Verbatim(run.input_path)),
                 ("records", f"{finished}, {pending}"),
                 ("unreadable input lines", f"{run.bad_lines:,} (errors.jsonl)"),
                 (
@@ -413,7 +413,7 @@ def _runs(r: RunReport) -> list[Block]:
     out += [
         Table(
             ("reason", "records", "share"),
-            tuple((Code(k), f"{v:,}", share(v, finished)) for k, v in r.stop_reasons.items()),
+            tuple((Verbatim(k), f"{v:,}", share(v, finished)) for k, v in r.stop_reasons.items()),
         ),
         Image("stop_reasons", "stop reasons"),
     ]
@@ -455,7 +455,7 @@ def _latency(r: RunReport) -> list[Block]:
             ("role", "calls", "mean", "p50", "p90", "p99", "max", "retried", "with error"),
             tuple(
                 (
-                    Code(role),
+                    Verbatim(role),
                     f"{d.count:,}",
                     seconds(d.mean),
                     seconds(d.quantile(0.5)),
@@ -495,5 +495,5 @@ def build(report: RunReport) -> list[Block]:
         *_costs(report),
         *_runs(report),
         *_latency(report),
-        Para(("Generated ", now_iso(), " by ", Code("refine report"), ".")),
+        Para(("Generated ", now_iso(), " by ", Verbatim("refine report"), ".")),
     ]

@@ -22,7 +22,7 @@ Backends (``pipeline.backends``) build on these public types; nothing here knows
 from .clients import ClientPlan, Endpoint, open_client
 from .manifest import Manifest
 from .rundir import RunDir
-from .session import EXIT, CallCounts, RunSummary, Session, StopReason
+from .session import EXIT, CallCounts, Halt, RunSummary, Session
 from .settings import Settings, effective_job, resolve
 
 __all__ = [
@@ -30,12 +30,12 @@ __all__ = [
     "CallCounts",
     "ClientPlan",
     "Endpoint",
+    "Halt",
     "Manifest",
     "RunDir",
     "RunSummary",
     "Session",
     "Settings",
-    "StopReason",
     "effective_job",
     "open_client",
     "resolve",

@@ -2,7 +2,7 @@
 
 The driver keeps one call in flight per worker, ``Worker.exchange(Orders) -> Report``.
 The orders carry acknowledgements of journaled steps, records to run, decisions on the
-worker's asks (time slots, budget reservations) and whether to stop; the report carries what
+worker's asks (time slots, budget reservations) and whether to halt; the report carries what
 happened since (steps to journal, records finished or halted, calls settled) and the
 worker's new asks. Time slots asked in a report are answered by the very next orders, in
 order; a reservation is answered by its number, later when it has to wait for money.
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 # How long a worker with records in flight holds an exchange open when it has nothing to
-# say yet: the longest the driver waits to tell it something (stop, new limits).
+# say yet: the longest the driver waits to tell it something (halt, new limits).
 POLL_S = 0.25
 
 _FATAL: dict[str, type[FatalCallError]] = {
@@ -99,7 +99,7 @@ class Finished:
 
 @dataclass(frozen=True, slots=True)
 class Halted:
-    """A record's loop stopped unfinished: by an error that stops the run, or a stop request."""
+    """A record's loop stopped unfinished: by an error that halts the run, or a halt request."""
 
     record_id: str
     error: WireError | None = None
@@ -138,7 +138,7 @@ class Orders:
     assign: tuple[Assignment, ...] = ()
     waits: tuple[tuple[float, ...], ...] = ()  # per client, seconds before each asked slot
     reserved: tuple[tuple[int, bool], ...] = ()  # per reservation asked for: held, or refused
-    stop: bool = False  # start no more calls; finish those in flight
+    halt: bool = False  # start no more calls; finish those in flight
     poll_s: float = POLL_S
 
 

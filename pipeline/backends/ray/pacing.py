@@ -29,7 +29,7 @@ RATE_HEADERS = tuple(
 )
 
 
-class _Slot:
+class _SlotAsk:
     """One request waiting for its time slot."""
 
     __slots__ = ("granted", "max_tokens", "prompt", "wait")
@@ -67,8 +67,8 @@ class RemoteLimiter:
         self.rate_limited = 0
         self._wake = wake  # tells the worker it has something to say
         self._sleep = sleep
-        self._waiting: list[_Slot] = []  # not yet asked for
-        self._asked: list[_Slot] = []  # asked for in the last report
+        self._waiting: list[_SlotAsk] = []  # not yet asked for
+        self._asked: list[_SlotAsk] = []  # asked for in the last report
         self._correction = 0
         self._headers: list[dict[str, str]] = []
         self._refused: list[float | None] = []
@@ -79,7 +79,7 @@ class RemoteLimiter:
         booking = Booking(prompt_estimate, prompt_estimate + max_tokens)
         if not self.limited:
             return booking
-        slot = _Slot(prompt_estimate, max_tokens)
+        slot = _SlotAsk(prompt_estimate, max_tokens)
         self._waiting.append(slot)
         self._wake()
         await slot.granted.wait()

@@ -24,14 +24,14 @@ import anyio
 from ...client.budget import PROMPT_MARGIN, Budget, Reservation
 from ...errors import BudgetReached
 
-__all__ = ["Accounts", "Held", "RemoteBudget", "reached"]
+__all__ = ["Accounts", "RemoteBudget", "WorkerReservation", "reached"]
 
 # (seq, model, prompt estimate, max_tokens) of one reservation asked for
 Ask = tuple[int, str, int, int]
 
 
 @dataclass(frozen=True, slots=True)
-class Held(Reservation):
+class WorkerReservation(Reservation):
     """A reservation the driver holds for a worker, by its number on that worker."""
 
     seq: int = 0
@@ -61,11 +61,11 @@ class RemoteBudget:
         await waiting[0].wait()
         if not waiting[1][0]:
             raise BudgetReached("the run's --budget is reached")
-        return Held(model, 0.0, batch, seq)
+        return WorkerReservation(model, 0.0, batch, seq)
 
     def settle(self, reservation: Reservation | None, usage: Mapping[str, int] | None) -> None:
         """Report what the call cost, with the next report."""
-        if isinstance(reservation, Held):
+        if isinstance(reservation, WorkerReservation):
             self._settled.append((reservation.seq, None if usage is None else dict(usage)))
 
     @property

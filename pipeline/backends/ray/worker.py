@@ -63,12 +63,12 @@ class WorkerSpec:
     budgeted: bool  # the run has a --budget: every request reserves against the driver's
 
 
-class _Stopping(Exception):
-    """The run is stopping: a loop starts no further call (it never leaves this module)."""
+class _Halted(Exception):
+    """The run is halting: a loop starts no further call (it never leaves this module)."""
 
 
 class _Gate:
-    """A model client that refuses to start a call once the run is stopping."""
+    """A model client that refuses to start a call once the run is halting."""
 
     __slots__ = ("_client", "_session")
 
@@ -81,8 +81,8 @@ class _Gate:
         return self._client.model
 
     async def complete(self, request: Request) -> Completion:
-        if self._session.stopping:
-            raise _Stopping
+        if self._session.halting:
+            raise _Halted
         return await self._client.complete(request)
 
 
@@ -112,7 +112,7 @@ class _Session:
         self.job = effective_job(job, s)
         self.sandbox = s.sandbox
         self.policy = Policy(s.max_iters or 0, s.min_iters, s.checks)
-        self.stopping = False  # the driver said stop: loops start no further call
+        self.halting = False  # the driver said halt: loops start no further call
         self.outbox: list[Event] = []
         self.unacked: dict[int, anyio.Event] = {}
         self.known: dict[str, int] = {}  # per record: steps the driver has journaled
@@ -167,7 +167,7 @@ class _Session:
                 )
         except (FatalCallError, BudgetReached) as err:
             self.emit(Halted(rid, WireError.of(err)))
-        except _Stopping:
+        except _Halted:
             self.emit(Halted(rid))
         except Exception:
             self.emit(Crashed(rid, traceback.format_exc()))
@@ -255,8 +255,8 @@ class Worker:
             limiter.grant(waits)
         if s.remote_budget is not None:
             s.remote_budget.decided(req.reserved)
-        if req.stop:
-            s.stopping = True
+        if req.halt:
+            s.halting = True
         assert s.task_group is not None
         for a in req.assign:
             s.active += 1

@@ -8,7 +8,7 @@ from typing import Final
 
 from .replies import error_body
 
-__all__ = ["Admission", "Bucket", "RateLimiter", "fmt_duration", "fmt_number"]
+__all__ = ["Admission", "Bucket", "ChatLimiter", "fmt_duration", "fmt_number"]
 
 _UNITS: Final = {"requests": "RPM", "tokens": "TPM"}
 
@@ -86,7 +86,7 @@ class Admission:
 _OPEN: Final = Admission([])
 
 
-class RateLimiter:
+class ChatLimiter:
     """The request and token buckets; refused requests consume nothing."""
 
     __slots__ = ("requests", "tokens")

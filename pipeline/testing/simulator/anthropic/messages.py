@@ -24,7 +24,7 @@ import orjson
 from ..batch_input import LineFate
 from ..config import MESSAGES_FAULTS, SimConfig
 from ..content import estimate_tokens, write_answer
-from ..faults import Refusal
+from ..faults import ErrorReply
 from ..log import RequestLog, RequestLogger
 from ..replies import Action, Reply
 from ..tiers import Bill
@@ -50,7 +50,7 @@ _REFUSAL: Final = MESSAGES_FAULTS.index("p_refusal")
 
 
 @dataclass(frozen=True, slots=True)
-class _Call:
+class _MessageCall:
     """A request on its way through the steps: what its reply and log entry need."""
 
     t: float
@@ -87,7 +87,7 @@ class _Call:
         return Reply(status, payload, headers, action, delay, hang_s, log)
 
 
-def _refusal_reply(call: _Call, refusal: Refusal, limits: list[tuple[str, str]]) -> Reply:
+def _refusal_reply(call: _MessageCall, refusal: ErrorReply, limits: list[tuple[str, str]]) -> Reply:
     headers = [*limits, *refusal.headers]
     return call.reply(refusal.status, refusal.body, refusal.outcome, headers)
 
@@ -342,10 +342,10 @@ def _decoded(raw: bytes) -> Any:
         return None
 
 
-def _call(headers: dict[str, str], parsed: Any, t: float) -> _Call:
+def _call(headers: dict[str, str], parsed: Any, t: float) -> _MessageCall:
     body = parsed if isinstance(parsed, dict) else {}
     model = body.get("model")
-    return _Call(t, body, headers, model if isinstance(model, str) else None, new_id("req_"))
+    return _MessageCall(t, body, headers, model if isinstance(model, str) else None, new_id("req_"))
 
 
 def _first_stop(text: str, sequences: tuple[str, ...]) -> tuple[int, str] | None:
