@@ -4,7 +4,7 @@ The loop is a fold over completed steps: ``plan`` looks at the steps so far and 
 next call or the reason to stop; ``next_call`` turns that into the request; ``make_step``
 turns the answer into the step that is checkpointed. ``refine_record`` drives the fold with
 a model client; the Batch API and Ray drivers drive the same functions their own way.
-Resume is the same fold started from the steps the checkpoint store replays, so a resumed
+Resume is the same fold started from the steps the journal replays, so a resumed
 record never repeats a call. The loop knows no particular job: what differs between kinds
 of answer is behind ``AnswerKind``, and a job's checks and evaluator are functions it calls.
 """

@@ -1,7 +1,7 @@
 """The record of a model call: what a client is asked and returns, what the loop keeps, what a
 record ends as.
 
-Plain values shared by the client, the loop, the checkpoint store and the output files.
+Plain values shared by the client, the loop, the journal and the output files.
 Every step has a ``role`` (the part of Self-Refine it plays: generate, feedback, refine) and
 a call kind (``CallKind``, why the call was made: the method's own call, a repair of a call
 cut off at max_tokens, or a call of an opt-in strategy; the trace's ``kind``), so a trace
@@ -235,7 +235,7 @@ class Step:
 
 
 class StepSink(Protocol):
-    """Where each completed step goes before the loop moves on (the checkpoint store)."""
+    """Where each completed step goes before the loop moves on (the journal)."""
 
     async def save(self, record_id: str, index: int, step: Step) -> None: ...
 

@@ -1,4 +1,4 @@
-"""The checkpoint store: an append-only journal of completed model calls.
+"""The journal: an append-only file of completed model calls (``checkpoint.jsonl``).
 
 Every completed call is appended as one JSON line and made durable (written
 and fsynced) before its loop moves on. Calls finishing together share one

@@ -204,7 +204,7 @@ class Session:
         self.halting = Halting()
         self.outputs = Outputs(rd.path, log.warning)
         self.outputs.sync()  # what the journal may drop below must be on disk first
-        self.journal = Journal(rd.checkpoint_path, fsync=self.settings.fsync)
+        self.journal = Journal(rd.journal_path, fsync=self.settings.fsync)
         done = self.outputs.finished - self._reopen_failed()
         self.prior = self.journal.load(done, log.warning)
         self.journal.open()
