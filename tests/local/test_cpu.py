@@ -165,7 +165,7 @@ def test_check_cpu_lets_a_binary_without_ggml_library_through(tmp_path: Path) ->
 
 def test_cpu_module_stands_alone() -> None:
     """cpu.py loads by path with the standard library only (scripts/smoke_server.py does)."""
-    path = ROOT / "pipeline" / "backends" / "local" / "cpu.py"
+    path = ROOT / "pipeline" / "serving" / "cpu.py"
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('cpu', {str(path)!r})\n"
