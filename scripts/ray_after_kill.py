@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402
+from tests.backends.ray.test_cluster import ray_processes  # noqa: E402
 from tests.helpers import tasks, wait_for_calls, write_jsonl  # noqa: E402
-from tests.test_cluster_ray import ray_processes  # noqa: E402
 
 
 def alive(pid: int) -> bool:

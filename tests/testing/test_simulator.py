@@ -25,7 +25,7 @@ from openai.types.shared_params import ResponseFormatJSONSchema
 from pipeline.testing.simulator import SimConfig, Simulator, main
 from pipeline.testing.simulator.cli import build_parser, notice
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 FEEDBACK_SCHEMA: dict[str, Any] = {
     "type": "object",

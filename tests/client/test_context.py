@@ -142,7 +142,7 @@ def test_estimate_names_the_records_that_cannot_fit(tmp_path: Path) -> None:
 
 def test_a_batch_run_fails_a_record_too_long_without_a_line(tmp_path: Path) -> None:
     """--batch: a record that cannot fit fails before its line is written; the rest run."""
-    from tests.test_batch_sim import FAST, batch_run
+    from tests.backends.batch.test_simulated import FAST, batch_run
 
     inp = write_jsonl(tmp_path / "in.jsonl", [*tasks(2), long_record(3000)])
     with Simulator(FAST) as sim:

@@ -11,7 +11,7 @@ from pipeline.core.jobs import builtin_jobs
 from pipeline.core.loader import load_job
 from pipeline.core.metrics import MetricSpec, compare
 from pipeline.errors import JobError
-from tests.test_jobs import BASE, write_job
+from tests.core.test_jobs import BASE, write_job
 
 HOOKS = """\
 from pipeline.core.metrics import MetricSpec
@@ -94,7 +94,7 @@ def test_builtin_declarations_say_which_metrics_read_a_label(
 
 def test_the_docs_table_matches_the_declarations() -> None:
     """docs/calibrate.md's table lists every built-in job's declared metrics as declared."""
-    docs = Path(__file__).resolve().parents[1] / "docs" / "calibrate.md"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "calibrate.md"
     rows = set()
     for line in docs.read_text(encoding="utf-8").splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]

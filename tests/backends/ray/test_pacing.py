@@ -8,7 +8,7 @@ import pytest
 from pipeline.backends.ray.messages import PaceAsk
 from pipeline.backends.ray.pacing import RemoteLimiter, grant
 from pipeline.client.limits import SLOWDOWN, Booking
-from tests.test_limits import FakeClock, make_limiter
+from tests.client.test_limits import FakeClock, make_limiter
 
 
 @pytest.mark.parametrize(

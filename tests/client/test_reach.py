@@ -25,8 +25,8 @@ from pipeline.client.replies import http_client
 from pipeline.core.steps import Request
 from pipeline.errors import CallError, UnavailableError, UnreachableError
 from pipeline.testing.simulator import SimConfig, Simulator
+from tests.cli.test_cli import refine
 from tests.helpers import NO_BACKOFF, read_jsonl, tasks, write_jsonl
-from tests.test_cli import refine
 
 MESSAGES = ({"role": "user", "content": "Say hello"},)
 DNS_FAILS = "http://nonexistent.invalid/v1"  # .invalid never resolves (RFC 6761)

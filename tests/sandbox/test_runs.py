@@ -25,9 +25,9 @@ from tests.hostile_model import (
     GSM_BENIGN,
     HostileModel,
 )
-from tests.test_sandbox_escapes import private_processes
+from tests.sandbox.test_escapes import private_processes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-" + "live-4f1c9e2b7a-must-not-leak"
 HOME_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- " + "c2VjcmV0LWtleS0xMjM="
 INPUT_SECRET = "INPUT-" + "secret-note-83a1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pipeline.client.outage import Outage
 from pipeline.client.retry import OutageState
 from pipeline.errors import CallError
-from tests.test_limits import FakeClock
+from tests.client.test_limits import FakeClock
 
 
 def breaker(clock: FakeClock, threshold: int = 3) -> Outage:

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.core import pyast
 
-PIPELINE = Path(__file__).resolve().parent.parent / "pipeline"
+PIPELINE = Path(__file__).resolve().parents[2] / "pipeline"
 
 
 def _unlocked_parses(source: str) -> list[int]:

@@ -35,7 +35,7 @@ KEY = "sk-batch-sim"
 FAST = SimConfig(batch_validating_s=0.02, batch_delay_s=0.1, batch_finalizing_s=0.02)
 REFINE = [sys.executable, "-m", "pipeline.cli"]
 DYING = [sys.executable, "-m", "tests.batch_faults"]  # `refine` over a Batch API that dies
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PACE = {"REFINE_BATCH_CREATES_PER_S": "100", "REFINE_BATCH_POLLS_PER_S": "500"}
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.runs.rundir import RunDir
+from tests.cli.test_cli import refine
 from tests.helpers import tasks, write_jsonl
-from tests.test_cli import refine
 
 
 def test_batch_refuses_the_local_model(tmp_path: Path) -> None:

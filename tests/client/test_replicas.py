@@ -12,8 +12,8 @@ from pipeline.client import replicas as replicas_mod
 from pipeline.client.outage import Outage
 from pipeline.client.replicas import PROBE_EVERY_S, Replica, Replicas
 from pipeline.testing.simulator import SimConfig, Simulator
+from tests.client.test_limits import FakeClock
 from tests.helpers import read_jsonl, tasks, write_jsonl
-from tests.test_limits import FakeClock
 
 
 def replicas(

@@ -11,7 +11,7 @@ from pipeline.testing.simulator import SimConfig, Simulator
 from pipeline.testing.simulator.anthropic.caching import prefix_of
 from pipeline.testing.simulator.anthropic.request import MessagesRequest, parse_messages
 from tests.anthropic_helpers import MODEL, anthropic, cached_text, client, params, raw, text
-from tests.test_limits import FakeClock
+from tests.client.test_limits import FakeClock
 
 # Model names only pick a price and a cache minimum here: a real model's retirement notice
 # from the SDK is beside the point.

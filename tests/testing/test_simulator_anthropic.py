@@ -24,14 +24,14 @@ from tests.anthropic_helpers import (
     raw,
     text,
 )
-from tests.test_limits import FakeClock
-from tests.test_simulator import FEEDBACK_SCHEMA, validate
+from tests.client.test_limits import FakeClock
+from tests.testing.test_simulator import FEEDBACK_SCHEMA, validate
 
 # Model names only pick a price and a cache minimum here: a real model's retirement notice
 # from the SDK is beside the point.
 pytestmark = pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = "You are a careful reviewer."
 QUESTION = "Explain the approach in three sentences."
 

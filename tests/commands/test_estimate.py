@@ -16,8 +16,8 @@ from pipeline.commands.estimate import from_prompts, from_sample, render, run_es
 from pipeline.commands.status import collect
 from pipeline.runs.settings import effective_job
 from pipeline.testing.simulator import SimConfig, Simulator
+from tests.client.test_caching import PRICES, SIM_PRICES, long_tasks
 from tests.helpers import read_jsonl, tasks, write_jsonl
-from tests.test_prefix_cache import PRICES, SIM_PRICES, long_tasks
 
 JOB = load_job("code-improve")  # scored; plain Self-Refine
 MODELS = {"generate": "m", "refine": "m", "feedback": "m"}

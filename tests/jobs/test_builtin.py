@@ -32,7 +32,7 @@ from pipeline.io.records import read_records
 from pipeline.testing.simulator import Simulator
 from tests.helpers import SHARED_DATA
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "paper"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "paper"
 PAPER_JOBS = (
     "gsm",
     "commongen",

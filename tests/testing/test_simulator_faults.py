@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from pipeline.testing.simulator import SimConfig, Simulator, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def msgs(text: str) -> list[ChatCompletionMessageParam]:

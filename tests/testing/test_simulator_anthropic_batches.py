@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.anthropic_helpers import anthropic, cached_text, client, params, raw, text
-from tests.test_limits import FakeClock
+from tests.client.test_limits import FakeClock
 
 pytestmark = pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
 
