@@ -183,6 +183,7 @@ def test_second_launch_is_refused_while_first_runs(tmp_path: Path) -> None:
     assert status.returncode == 0 and "(running)" in status.stdout
 
 
+@pytest.mark.slow
 def test_lock_of_killed_process_is_taken_over(tmp_path: Path) -> None:
     """A RUN_DIR whose holder was SIGKILLed is usable at once by the next launch."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(30))

@@ -232,6 +232,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_readme_ci_matrix(tmp_path: Path) -> None:
     """Four `refine run --shard I/4` jobs, then `refine merge runs/all runs/shard-*`: one run."""
     inp = write_jsonl(tmp_path / "tasks.jsonl", tasks(24))

@@ -181,6 +181,7 @@ def _get(url: str) -> dict[str, object]:
         return result
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_real_server_enforces_json_schema_with_slots(
     tmp_path: Path, default_model: LocalModel
@@ -217,6 +218,7 @@ async def test_real_server_enforces_json_schema_with_slots(
     assert pid is not None and server.returncode is not None
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_real_local_run_parses_feedback(tmp_path: Path, default_model: LocalModel) -> None:
     """A --local run generates, gets parsed json_schema feedback, and records the model's hash."""
@@ -274,6 +276,7 @@ def _cached(reply: dict[str, object]) -> tuple[int, int, int]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_real_server_serves_a_conversation_prefix_from_cache(
     tmp_path: Path, small_model: LocalModel
@@ -304,6 +307,7 @@ async def test_real_server_serves_a_conversation_prefix_from_cache(
     assert cache_n == cached_two
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_real_local_run_reports_cached_tokens(
     tmp_path: Path, small_model: LocalModel

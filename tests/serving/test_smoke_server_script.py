@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipeline.serving import resolve_model
 
 from .fakes import quiet
@@ -38,6 +40,7 @@ def test_a_server_dead_of_sigill_is_reported(tmp_path: Path) -> None:
     assert "scripts/install local" in done.stdout
 
 
+@pytest.mark.slow
 def test_the_installed_server_answers(tmp_path: Path) -> None:
     """The installed build on a real model: the script starts it and prints OK."""
     folder = installed_server().parent

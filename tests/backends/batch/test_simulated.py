@@ -284,6 +284,7 @@ def test_cancel_deletes_the_input_file_of_a_batch_never_created(tmp_path: Path) 
     assert len(read_jsonl(run_dir / "outputs.jsonl")) == 3
 
 
+@pytest.mark.slow
 def test_sigkill_while_waiting_then_detach_until_done(tmp_path: Path) -> None:
     """Two SIGKILLs while waiting, then `--detach` re-runs until 0: all done, no call paid twice.
 
@@ -357,6 +358,7 @@ def test_sigterm_while_waiting_exits_130_and_batches_keep_running(tmp_path: Path
     assert_paid_once(counts, run_dir)
 
 
+@pytest.mark.slow
 def test_cancel_keeps_finished_lines_and_the_next_run_sends_the_rest(tmp_path: Path) -> None:
     """`refine cancel` cancels the batch in flight; the next run keeps its answered lines."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(20))

@@ -127,6 +127,7 @@ async def kill_a_worker_when(run_dir: Path, sim: Simulator, calls: int) -> tuple
     return pid, len(read_jsonl(run_dir / "outputs.jsonl"))
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_killed_worker_under_a_shared_rate_limit(
     cluster: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -264,6 +265,7 @@ def refine(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[st
     )
 
 
+@pytest.mark.slow
 def test_killed_driver_resumes_with_the_same_command(cluster: str, tmp_path: Path) -> None:
     """A SIGKILLed driver (--ray-address) resumes with the same command, repeating few calls."""
     n, workers, concurrency = 40, 2, 4
@@ -322,6 +324,7 @@ def ray_processes(under: int | None = None) -> set[int]:
     return {pid for pid in ray_pids if not below(pid, os.getpid())}
 
 
+@pytest.mark.slow
 def test_a_local_ray_instance_is_started_and_stopped(cluster: str, tmp_path: Path) -> None:
     """Without --ray-address the command starts its own Ray and leaves no process behind."""
     inp = write_jsonl(tmp_path / "in.jsonl", tasks(4))
@@ -341,6 +344,7 @@ def test_a_local_ray_instance_is_started_and_stopped(cluster: str, tmp_path: Pat
     assert not ray_processes() - before
 
 
+@pytest.mark.slow
 def test_a_local_ray_instance_ends_when_the_command_is_killed(cluster: str, tmp_path: Path) -> None:
     """A SIGKILLed `refine` that started its own Ray takes Ray's server, raylet and workers
     with it (they die with the thread that started them). Ray's two agents find their raylet
