@@ -19,9 +19,9 @@ from pipeline.sandbox import syntax_problem
 
 # More functions or comments is not better in itself: only ``parses`` has a direction.
 METRICS = {
-    "parses": MetricSpec("check"),
-    "functions": MetricSpec("check", better=None),
-    "comment_lines": MetricSpec("check", better=None),
+    "parses": MetricSpec("check", type="boolean"),
+    "functions": MetricSpec("check", better=None, type="number"),
+    "comment_lines": MetricSpec("check", better=None, type="number"),
 }
 
 

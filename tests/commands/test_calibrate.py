@@ -155,7 +155,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calibrated]
 
 def test_printed_rates_equal_those_recomputed_from_the_traces(calibrated: Calibrated) -> None:
     """Each round's printed accuracy, flips, correction and introduction equal the traces'."""
-    rounds, _ = recount(calibrated.out)
+    rounds, _ = recount(calibrated.out / "refine")
     printed = [m.groups() for line in calibrated.stdout.splitlines() if (m := ROW.match(line))]
     assert len(printed) == len(rounds) == 3
     for (t, right, n, better, worse, same, fixed, wrong, broken, right_b, pays), r in zip(
@@ -173,11 +173,11 @@ def test_printed_rates_equal_those_recomputed_from_the_traces(calibrated: Calibr
 
 def test_the_recommendation_follows_the_rule(calibrated: Calibrated) -> None:
     """The recommendation is the number of leading rounds for which the rule holds."""
-    rounds, _ = recount(calibrated.out)
+    rounds, _ = recount(calibrated.out / "refine")
     expected = next((t for t, r in enumerate(rounds) if not rule(r)), len(rounds))
     cal = read_calibration(calibrated.out)
     assert cal.recommendation == expected
-    assert f"recommendation: {expected} refinement(s)" in calibrated.stdout
+    assert f"rounds that pay: {expected} refinement(s)" in calibrated.stdout
     reasons = calibrated.stdout.split("refinement(s)\n", 1)[1].splitlines()[:2]
     assert reasons[0].startswith(f"  round {max(expected, 1)} corrects"), reasons
     assert reasons[1].startswith("  ") and reasons[1].endswith(")" if expected == 0 else ""), (
@@ -187,7 +187,7 @@ def test_the_recommendation_follows_the_rule(calibrated: Calibrated) -> None:
 
 def test_calibration_json_holds_the_recounted_figures(calibrated: Calibrated) -> None:
     """calibration.json's rounds and chosen row hold the counts recomputed from the traces."""
-    rounds, chosen = recount(calibrated.out)
+    rounds, chosen = recount(calibrated.out / "refine")
     data = orjson.loads((calibrated.out / CALIBRATION).read_bytes())
     assert data["metric"] == {"name": "correct", "source": "label"}
     assert data["sample"] == {"records": 50, "requested": 50}
@@ -216,8 +216,8 @@ def test_calibration_json_holds_the_recounted_figures(calibrated: Calibrated) ->
 
 def test_the_report_counts_the_same_flips(calibrated: Calibrated) -> None:
     """The report's flips of `correct` per round and of the chosen output equal the traces'."""
-    rounds, chosen = recount(calibrated.out)
-    flips = summarize(calibrated.out).flips
+    rounds, chosen = recount(calibrated.out / "refine")
+    flips = summarize(calibrated.out / "refine").flips
     assert flips is not None
     (m,) = [m for m in flips.metrics if m.name == "correct"]
     for got, r in zip(m.rounds, rounds, strict=True):
@@ -263,7 +263,7 @@ def test_where_refining_pays_auto_runs_the_recommended_rounds(tmp_path: Path) ->
             "--limit", "3",
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert recommended >= 1 and "recommendation: " in cal.stdout
+    assert recommended is not None and recommended >= 1 and "recommendation: " in cal.stdout
     manifest = orjson.loads((tmp_path / "run" / "manifest.json").read_bytes())
     assert manifest["settings"]["max_iters"] == recommended
 
@@ -333,15 +333,18 @@ def test_killed_calibrate_resumes_without_repeating_a_call(tmp_path: Path) -> No
     out = tmp_path / "cal"
     server = GsmServer(seed=5, delay_s=0.05)
     with server.serve() as url:
-        args = calibrate_args(inp, out, url, "--sample", "12", "--concurrency", "2")
+        # best-of-n asks refine's first requests again by design: its own arm, its own calls
+        args = calibrate_args(
+            inp, out, url, "--sample", "12", "--concurrency", "2", "--arms", "refine,first"
+        )
         proc = subprocess.Popen([*REFINE, *args], env=ENV, text=True)
-        wait_for_calls(out, 15, proc)
+        wait_for_calls(out / "refine", 15, proc)
         assert proc.poll() is None, "the calibration finished before it could be killed"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert not (out / CALIBRATION).exists()
         journaled = set()
-        for line in (out / "checkpoint.jsonl").read_bytes().splitlines():
+        for line in (out / "refine" / "checkpoint.jsonl").read_bytes().splitlines():
             try:  # a kill may tear the last line; the resumed run drops it too
                 step = orjson.loads(line)["step"]
             except orjson.JSONDecodeError:
@@ -380,11 +383,16 @@ def test_another_sample_into_the_same_directory_is_refused(tmp_path: Path) -> No
 
 
 def test_a_sample_without_labels_says_what_is_missing(tmp_path: Path) -> None:
-    """Without labels there is nothing to calibrate by: exit 2, naming the label field."""
+    """Without labels there is nothing to calibrate by: exit 2 before any call, naming the
+    file, the label field and the way out."""
     inp = write_jsonl(tmp_path / "in.jsonl", records(6, labels=False))
-    with GsmServer().serve() as url:
+    server = GsmServer()
+    with server.serve() as url:
         done = refine(*calibrate_args(inp, tmp_path / "cal", url, "--sample", "3"))
-    assert done.returncode == 2 and "do the records carry target?" in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert f"{inp}: none of the 3 sampled records carries target" in done.stderr
+    assert "add it to the records" in done.stderr
+    assert server.bodies == []
 
 
 # -- labels measure, they never choose ---------------------------------------------------------
@@ -428,16 +436,19 @@ def test_the_server_answers_from_the_question_not_a_label() -> None:
 
 def test_calibrate_from_python_by_a_named_metric(tmp_path: Path) -> None:
     """`pipeline.commands.calibrate.calibrate` does what the command does; an unknown metric
-    is refused after the sample ran, and asking again with a known one reuses the run."""
+    is refused before any call, and asking again calibrates without repeating a call."""
     inp = write_jsonl(tmp_path / "in.jsonl", records(10))
     server = GsmServer()
     with server.serve() as url:
         settings = Settings(model="gpt-4o-mini", base_url=url, max_iters=1)
         kwargs: dict[str, Any] = {"sample": 4, "api_key": "k", "show_progress": False}
-        with pytest.raises(ConfigError, match="--metric missing"):
+        with pytest.raises(ConfigError, match="--metric missing: job 'gsm' declares no such"):
             calibrate("gsm", inp, tmp_path / "cal", settings, metric="missing", **kwargs)
-        calls = len(server.bodies)
+        assert server.bodies == []
         done = calibrate("gsm", inp, tmp_path / "cal", settings, metric="correct", **kwargs)
+        calls = len(server.bodies)
+        again = calibrate("gsm", inp, tmp_path / "cal", settings, metric="correct", **kwargs)
     assert done.calibration is not None and done.exit_code == 0
     assert done.calibration.data["metric"] == {"name": "correct", "source": "label"}
+    assert again.calibration is not None and again.calibration.data == done.calibration.data
     assert len(server.bodies) == calls  # nothing asked twice

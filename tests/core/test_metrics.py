@@ -93,16 +93,51 @@ def test_builtin_declarations_say_which_metrics_read_a_label(
 
 
 def test_the_docs_table_matches_the_declarations() -> None:
-    """docs/calibrate.md's table lists every built-in job's declared metrics as declared."""
+    """docs/calibrate.md's table lists every built-in job's declared metrics as declared:
+    source, better direction and type (a row may name several metrics)."""
     docs = Path(__file__).resolve().parents[2] / "docs" / "calibrate.md"
     rows = set()
     for line in docs.read_text(encoding="utf-8").splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[2] in ("label", "check"):
-            rows.add(tuple(cells))
+        if len(cells) == 5 and cells[2] in ("label", "check"):
+            for metric in cells[1].split(","):
+                rows.add((cells[0], metric.strip().strip("`"), *cells[2:]))
     declared = {
-        (name, metric, spec.source, spec.better or "none")
+        (name, metric, spec.source, spec.better or "none", spec.type)
         for name in builtin_jobs()
         for metric, spec in load_job(name).metrics.items()
     }
     assert rows == declared
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "output"),
+    [
+        ("gsm", {"input": "q", "target": 5}, "def solution():\n    return 5\n"),
+        ("acronym", {"title": "Grid Search Method", "acronym": "GSM"}, "GSM"),
+        ("commongen", {"concepts": ["dog", "ball"]}, "The dog chases the ball."),
+        ("code-readability", {"input": "x = 1"}, "def f():\n    return 1\n"),
+    ],
+)
+def test_builtin_metric_types_are_the_types_evaluators_return(
+    name: str, fields: dict[str, Any], output: str
+) -> None:
+    """A metric declared boolean is a bool where measured, one declared a number is not."""
+    job = load_job(name)
+    assert job.evaluator is not None
+    measured = job.evaluator(fields, output)
+    for metric, spec in job.metrics.items():
+        if metric in measured:
+            assert isinstance(measured[metric], bool) is (spec.type == "boolean"), metric
+            assert isinstance(measured[metric], int | float), metric
+
+
+def test_a_metric_type_is_boolean_or_number() -> None:
+    """MetricSpec refuses another type; only a boolean with a higher direction is right or
+    wrong, and an undeclared type leaves it open."""
+    with pytest.raises(ValueError, match="type must be one of"):
+        MetricSpec("check", type="text")  # type: ignore[arg-type]
+    assert MetricSpec("label", type="boolean").right_or_wrong is True
+    assert MetricSpec("check", type="number").right_or_wrong is False
+    assert MetricSpec("check", better="lower", type="boolean").right_or_wrong is False
+    assert MetricSpec("check").right_or_wrong is None

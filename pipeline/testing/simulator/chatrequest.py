@@ -43,6 +43,7 @@ class ChatRequest:
     schema: Any
     tier: str | None = None  # the service_tier asked for
     cache_key: str | None = None  # the prompt_cache_key sent
+    temperature: float | None = None  # the temperature asked for (None: not sent)
 
     @property
     def cost(self) -> int:
@@ -139,7 +140,12 @@ def parse_chat(cfg: SimConfig, parsed: Any) -> ChatRequest | Rejection:
         return options
     texts = [content_text(m.get("content")) for m in messages]
     prompt_tokens = estimate_tokens(sum(len(x) for x in texts))
-    return ChatRequest(model, messages, texts, prompt_tokens, limit, mode[0], mode[1], *options)
+    temperature = parsed.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        temperature = None
+    return ChatRequest(
+        model, messages, texts, prompt_tokens, limit, mode[0], mode[1], *options, temperature
+    )
 
 
 def _options(cfg: SimConfig, parsed: dict[str, Any]) -> tuple[str | None, str | None] | Rejection:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
+from .answerkey import AnswerKey
 from .config import FAULTS, STRUCTURED_LEVELS, SimConfig
 from .server import Simulator
 
@@ -229,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="answers the key's quota covers; then 429 insufficient_quota",
     )
     _add_cache_and_tiers(parser, d)
+    _add_answer_key(parser, d)
     _add_anthropic(parser, d)
     batch = parser.add_argument_group("Batch API (the timings and failures: Message Batches too)")
     for flag, name, convert, help_ in (
@@ -288,6 +290,35 @@ def _add_cache_and_tiers(parser: argparse.ArgumentParser, d: SimConfig) -> None:
         )
 
 
+def _add_answer_key(parser: argparse.ArgumentParser, d: SimConfig) -> None:
+    """A model that knows the answers to some questions, right at a set rate."""
+    group = parser.add_argument_group(
+        "a model that knows some answers",
+        "Requests about a question of --answer-key get a program-aided answer "
+        "(def solution(): return N), right with the probabilities below, else wrong: "
+        "make refinement help (--p-right-refined above --p-right) or hurt (below).",
+    )
+    group.add_argument(
+        "--answer-key",
+        metavar="FILE",
+        help="JSONL of gsm-shaped records: 'input' the question, 'target' its number",
+    )
+    group.add_argument(
+        "--p-right",
+        dest="p_right",
+        type=float,
+        default=d.p_right,
+        help=f"probability that a first draft is right (default: {d.p_right})",
+    )
+    group.add_argument(
+        "--p-right-refined",
+        dest="p_right_refined",
+        type=float,
+        default=d.p_right_refined,
+        help="probability that a refinement is right (default: --p-right)",
+    )
+
+
 def _add_anthropic(parser: argparse.ArgumentParser, d: SimConfig) -> None:
     """Anthropic's Messages API: its limits, its own faults, its cache, Message Batches."""
     group = parser.add_argument_group(
@@ -337,6 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_path: str | None = values.pop("log_path")
     known = {f.name for f in fields(SimConfig)}
     try:
+        if values["answer_key"] is not None:
+            values["answer_key"] = AnswerKey.read(values["answer_key"])
         config = SimConfig(**{k: v for k, v in values.items() if k in known})
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import orjson
 
+from .answerkey import KnownAnswers
 from .auth import auth_error
 from .caching import PrefixCache, prefixes
 from .chatrequest import (
@@ -165,6 +166,7 @@ class Engine:
         self._flex_rng = random.Random(0)
         self.cache = PrefixCache()
         self.bill = Bill()
+        self.known = KnownAnswers()
 
     def open(self, now: float) -> None:
         """Start the clock; the first request sets up limits and draws afresh."""
@@ -275,7 +277,18 @@ class Engine:
         ``cut`` halves the answer (finish_reason "length"); ``refuse`` refuses it;
         ``cached`` prompt tokens came from the prefix cache; ``tier`` served it.
         """
-        answer, digest = write_answer(
+        known = None
+        if cfg.answer_key is not None and request.mode == "text":
+            known = self.known.reply(
+                cfg.answer_key,
+                request.messages,
+                request.texts,
+                temperature=request.temperature,
+                seed=cfg.seed,
+                p_right=cfg.p_right,
+                p_right_refined=cfg.right_when_refined,
+            )
+        answer, digest = known or write_answer(
             request.messages,
             request.texts,
             request.mode,
