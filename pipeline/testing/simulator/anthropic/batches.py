@@ -36,7 +36,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from ..batch_input import Plan, make_plan
+from ..batch_input import BatchPlan, make_plan
 from ..config import SimConfig
 from ..replies import Reply
 from .errors import error_reply, new_id
@@ -65,7 +65,7 @@ class _MessageBatch:
     id: str
     requests: list[tuple[str, dict[str, Any]]]
     config: SimConfig
-    plan: Plan
+    plan: BatchPlan
     created: float
     due: float
     status: str = "in_progress"
