@@ -18,7 +18,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from pipeline.testing.simulator import AnswerKey, SimConfig, Simulator, main
 from tests.helpers import write_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS = [
     {"input": f"Ana has {10 + i} apples and buys {i % 7 + 1} more. How many now?",
      "target": f"She has {10 + i} + {i % 7 + 1}.\n#### {11 + i + i % 7:,}"}
