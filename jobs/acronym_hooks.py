@@ -21,8 +21,8 @@ _TOKEN = re.compile(r"[^\W_][\w.&'\-]*")
 _WORD = re.compile(r"[^\W_]+")
 # ``matches_reference`` reads the reference acronym (a label); the other reads the title only.
 METRICS = {
-    "letters_from_title": MetricSpec("check", type="boolean"),
-    "matches_reference": MetricSpec("label", type="boolean"),
+    "letters_from_title": MetricSpec("check", value_type="boolean"),
+    "matches_reference": MetricSpec("label", value_type="boolean"),
 }
 
 

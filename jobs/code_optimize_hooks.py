@@ -41,9 +41,9 @@ _SHOWN_CHARS = 60
 RUNS_PROGRAMS = True
 # test_input is read by the checks too (use = "check"), not a label.
 METRICS = {
-    "parses": MetricSpec("check", type="boolean"),
-    "same_output": MetricSpec("check", type="boolean"),
-    "speedup": MetricSpec("check", type="number"),
+    "parses": MetricSpec("check", value_type="boolean"),
+    "same_output": MetricSpec("check", value_type="boolean"),
+    "speedup": MetricSpec("check", value_type="number"),
 }
 
 

@@ -19,9 +19,9 @@ from pipeline.sandbox import syntax_problem
 
 # More functions or comments is not better in itself: only ``parses`` has a direction.
 METRICS = {
-    "parses": MetricSpec("check", type="boolean"),
-    "functions": MetricSpec("check", better=None, type="number"),
-    "comment_lines": MetricSpec("check", better=None, type="number"),
+    "parses": MetricSpec("check", value_type="boolean"),
+    "functions": MetricSpec("check", better=None, value_type="number"),
+    "comment_lines": MetricSpec("check", better=None, value_type="number"),
 }
 
 

@@ -26,10 +26,10 @@ _VOWELS = frozenset("aeiou")
 _SIBILANT_ENDS = ("s", "x", "z", "ch", "sh", "o")
 # Every metric reads the answer and the concepts (shown to the model); none reads a label.
 METRICS = {
-    "coverage": MetricSpec("check", type="number"),
-    "sentences": MetricSpec("check", better=None, type="number"),
-    "one_sentence": MetricSpec("check", type="boolean"),
-    "coverage_any_sentence": MetricSpec("check", type="number"),
+    "coverage": MetricSpec("check", value_type="number"),
+    "sentences": MetricSpec("check", better=None, value_type="number"),
+    "one_sentence": MetricSpec("check", value_type="boolean"),
+    "coverage_any_sentence": MetricSpec("check", value_type="number"),
 }
 
 # Irregular verbs and nouns common in everyday scenes; kept small on purpose.

@@ -33,7 +33,7 @@ _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?::| \(line|$)")  # "ValueError: ..." vs
 # Every answer is a program, run in the sandbox (a run checks its isolation first).
 RUNS_PROGRAMS = True
 # ``correct`` reads the target (a label): it measures, and never chooses.
-METRICS = {"correct": MetricSpec("label", type="boolean")}
+METRICS = {"correct": MetricSpec("label", value_type="boolean")}
 
 
 @functools.lru_cache(maxsize=512)

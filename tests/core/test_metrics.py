@@ -103,7 +103,7 @@ def test_the_docs_table_matches_the_declarations() -> None:
             for metric in cells[1].split(","):
                 rows.add((cells[0], metric.strip().strip("`"), *cells[2:]))
     declared = {
-        (name, metric, spec.source, spec.better or "none", spec.type)
+        (name, metric, spec.source, spec.better or "none", spec.value_type)
         for name in builtin_jobs()
         for metric, spec in load_job(name).metrics.items()
     }
@@ -128,16 +128,16 @@ def test_builtin_metric_types_are_the_types_evaluators_return(
     measured = job.evaluator(fields, output)
     for metric, spec in job.metrics.items():
         if metric in measured:
-            assert isinstance(measured[metric], bool) is (spec.type == "boolean"), metric
+            assert isinstance(measured[metric], bool) is (spec.value_type == "boolean"), metric
             assert isinstance(measured[metric], int | float), metric
 
 
 def test_a_metric_type_is_boolean_or_number() -> None:
     """MetricSpec refuses another type; only a boolean with a higher direction is right or
     wrong, and an undeclared type leaves it open."""
-    with pytest.raises(ValueError, match="type must be one of"):
-        MetricSpec("check", type="text")  # type: ignore[arg-type]
-    assert MetricSpec("label", type="boolean").right_or_wrong is True
-    assert MetricSpec("check", type="number").right_or_wrong is False
-    assert MetricSpec("check", better="lower", type="boolean").right_or_wrong is False
+    with pytest.raises(ValueError, match="value_type must be one of"):
+        MetricSpec("check", value_type="text")  # type: ignore[arg-type]
+    assert MetricSpec("label", value_type="boolean").right_or_wrong is True
+    assert MetricSpec("check", value_type="number").right_or_wrong is False
+    assert MetricSpec("check", better="lower", value_type="boolean").right_or_wrong is False
     assert MetricSpec("check").right_or_wrong is None
