@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import pipeline.backends
+from pipeline import Settings, run
+from pipeline.backends import named
 from pipeline.core.loader import load_job
 from pipeline.testing.simulator import SimConfig, Simulator
-from tests.helpers import read_jsonl, write_jsonl
+from tests.helpers import read_jsonl, tasks, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_BLOCK = re.compile(r"<!-- file: (\S+) -->\n```[a-z]*\n(.*?)```", re.DOTALL)
@@ -22,6 +29,7 @@ def files_of(doc: Path, into: Path) -> dict[str, Path]:
     out = {}
     for name, text in FILE_BLOCK.findall(doc.read_text()):
         out[name] = into / name
+        out[name].parent.mkdir(parents=True, exist_ok=True)
         out[name].write_text(text)
     return out
 
@@ -82,6 +90,40 @@ def test_the_api_example_runs_as_written(tmp_path: Path) -> None:
     assert [o["status"] for o in read_jsonl(tmp_path / "runs" / "tasks" / "outputs.jsonl")] == [
         "done"
     ]
+
+
+def test_the_add_a_backend_example_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/architecture.md's serial backend, loaded as ``pipeline.backends.serial``, is
+    found by name and runs a job against the simulator one record at a time: each record's
+    calls are journaled together, in input order, none between another record's."""
+    init = files_of(ROOT / "docs" / "architecture.md", tmp_path)["serial/__init__.py"]
+    name = "pipeline.backends.serial"
+    spec = importlib.util.spec_from_file_location(
+        name, init, submodule_search_locations=[str(init.parent)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    assert named("serial").name == "serial"
+    # the doc's step 3, the one line mapping settings to a name
+    monkeypatch.setattr(pipeline.backends, "name_of", lambda settings: "serial")
+    records = tasks(4)
+    inp = write_jsonl(tmp_path / "in.jsonl", records)
+    with Simulator(SimConfig(p_done=0.0)) as sim:
+        settings = Settings(base_url=sim.url, max_iters=1, concurrency=8)
+        summary = run(
+            "code-improve", inp, tmp_path / "run", settings, api_key="k", show_progress=False
+        )
+    assert summary.exit_code == 0, summary.message
+    outputs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
+    assert sorted(o["id"] for o in outputs) == [r["id"] for r in records]
+    assert {o["status"] for o in outputs} == {"done"}
+    journaled = [e["id"] for e in read_jsonl(tmp_path / "run" / "checkpoint.jsonl")]
+    assert len(journaled) == 4 * 4  # per record: generate, feedback, refine, feedback
+    assert [rid for rid, _ in itertools.groupby(journaled)] == [r["id"] for r in records]
 
 
 def test_no_page_of_the_docs_is_too_long_to_read() -> None:

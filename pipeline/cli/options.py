@@ -233,7 +233,7 @@ def _add_loop_options(p: argparse.ArgumentParser) -> None:
         "--select",
         metavar="RULE",
         help="how the output is chosen: default (the best passing iteration by the "
-        "critic's score, else the latest), or a rule the job's kind offers "
+        "critic's score, else the latest), or a rule the job's answer kind offers "
         "(code-improve: pooled, the draft passing most of the tests all drafts wrote)",
     )
 

@@ -15,7 +15,7 @@ written (``_body``, ``_probe_body``), how it is sent and what a failure means
 (``_send``, raising ``Failed``), how an answer is read (``_answer``), which of its
 prompt tokens the provider's input limit counts (``_counted``), and the endpoint's own
 refusals (``_refused``). The pieces the loop composes each live in a module of their own:
-``attempts``, ``retry``, ``delays``, ``outage``, ``formats``, ``endpoints``, ``limits``,
+``attempts``, ``retry``, ``delays``, ``outage``, ``formats``, ``replicas``, ``limits``,
 ``budget``, ``flex``, ``context``, ``reach``.
 """
 
@@ -34,18 +34,18 @@ import orjson
 
 from ..core.steps import Completion, Request, Try
 from ..errors import AuthError, CallError, FatalCallError, UnavailableError
-from .answers import redact
-from .attempts import Attempts, FailRecord, Retry, StopRun
+from .attempts import Attempts, FailRecord, HaltRun, Retry
 from .budget import Reservation, Spending
 from .context import overflow
 from .delays import DELAYS, Delays
-from .endpoints import Endpoint, Endpoints
 from .flex import FLEX, Capacity, flex_refused
 from .formats import FormatLadder
 from .limits import RateLimiter, estimate_tokens
 from .outage import FIRST_CONTACT_S, MAX_OUTAGE_S, OUTAGE_AFTER, Outage
 from .prices import at_batch_rate
 from .reach import unreachable_error
+from .replicas import Replica, Replicas
+from .replies import redact
 from .retry import OutageState, classify_status, endpoint_fault, quota_spent, retry_after
 
 __all__ = ["ChatClient", "Failed", "Reply", "Status"]
@@ -141,9 +141,9 @@ class ChatClient(ABC, Generic[C]):
         ) or [None]
         threshold = min(OUTAGE_AFTER, max_retries + 1)
         connections = max(concurrency, 16) + 16
-        self.endpoints: Endpoints[C] = Endpoints(
+        self.replicas: Replicas[C] = Replicas(
             [
-                Endpoint(
+                Replica(
                     url,
                     self._connect(url, api_key, connections),
                     Outage(max_outage, FIRST_CONTACT_S, clock, threshold=threshold),
@@ -173,7 +173,7 @@ class ChatClient(ABC, Generic[C]):
 
     @abstractmethod
     def _body(
-        self, request: Request, level: int, endpoint: Endpoint[C]
+        self, request: Request, level: int, replica: Replica[C]
     ) -> tuple[list[dict[str, str]], bytes]:
         """The messages as sent (in the run's form) and the request body, asking for the
         request's schema (if any) at structured-output ``level``."""
@@ -183,11 +183,11 @@ class ChatClient(ABC, Generic[C]):
         """The outage probe's messages and body: a one-token request of the client's own."""
 
     @abstractmethod
-    async def _send(self, endpoint: Endpoint[C], payload: bytes) -> Reply:
+    async def _send(self, replica: Replica[C], payload: bytes) -> Reply:
         """POST ``payload``; the answer, or ``Failed`` (an error status through ``_status``)."""
 
     @abstractmethod
-    def _answer(self, data: Any) -> dict[str, Any]:
+    def _read_reply(self, data: Any) -> dict[str, Any]:
         """The text, finish reason, usage and service tier of a decoded answer (CallError
         when it is none). Usage: ``prompt_tokens`` (all of them), ``completion_tokens``,
         ``cached_tokens``, and, where the provider writes its cache, ``cache_write_tokens``
@@ -197,7 +197,7 @@ class ChatClient(ABC, Generic[C]):
         """The prompt tokens the provider's input limit counts (all of them, by default)."""
         return usage["prompt_tokens"]
 
-    def _refused(self, endpoint: Endpoint[C], payload: bytes, failed: Failed) -> bool:
+    def _refused(self, replica: Replica[C], payload: bytes, failed: Failed) -> bool:
         """Whether the endpoint refused a field of the dialect's that ``payload`` (the
         attempt's body) carried and that it does not take, now dropped for the endpoint:
         the call goes again at once, using up no retry (none, by default)."""
@@ -222,12 +222,12 @@ class ChatClient(ABC, Generic[C]):
     @property
     def outage(self) -> Outage:
         """The breaker of the first endpoint (the only one, in most runs)."""
-        return self.endpoints.all[0].outage
+        return self.replicas.all[0].outage
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
-        for endpoint in self.endpoints.all:
-            await self._close(endpoint.conn)
+        for replica in self.replicas.all:
+            await self._close(replica.conn)
 
     async def complete(self, request: Request) -> Completion:
         """One model call, retried as the policy allows.
@@ -251,36 +251,36 @@ class ChatClient(ABC, Generic[C]):
         refused = 0  # flex refusals waited out (they use up no retry)
         started = self._clock()
         while True:
-            endpoint = self.endpoints.pick()
-            if endpoint.outage.open and not await self._probe(endpoint):
+            replica = self.replicas.pick()
+            if replica.outage.open and not await self._probe(replica):
                 continue  # still down: wait for the next probe (or another endpoint)
             level = attempts.level(self.formats)
-            sent, payload = self._body(request, level, endpoint)
-            endpoint.in_flight += 1
+            sent, payload = self._body(request, level, replica)
+            replica.in_flight += 1
             sent_at = self._clock()
             try:
-                answer = await self._attempt(endpoint, sent, payload, request.max_tokens)
+                replied = await self._attempt(replica, sent, payload, request.max_tokens)
             except Failed as failed:
                 error = failed
             else:
-                endpoint.outage.close(sent_at)
+                replica.outage.close(sent_at)
                 self.capacity.succeeded()
                 self.formats.succeeded(level)
                 tries = attempts.succeeded(round(self._clock() - sent_at, 4))
-                return self._completion(answer, sent, started, len(attempts.tries), tries)
+                return self._completion(replied, sent, started, len(attempts.tries), tries)
             finally:
-                endpoint.in_flight -= 1
+                replica.in_flight -= 1
             failure = error.failure
             attempts.failed(failure, round(self._clock() - sent_at, 4))
             # The endpoint's own refusals first: they are about it, not about the call.
-            if self._refused(endpoint, payload, error):
+            if self._refused(replica, payload, error):
                 continue
             if self.service_tier == FLEX and flex_refused(failure.status, error.code):
                 refused += 1
                 await self._wait_capacity(failure, refused, attempts, sent)
                 continue
             if error.unreachable is not None and self.succeeded == 0:  # a wrong URL: stop
-                stop = unreachable_error(self._url(endpoint.conn), error.unreachable)
+                stop = unreachable_error(self._url(replica.conn), error.unreachable)
                 raise attempts.final(stop, sent) from failure
             verdict = attempts.after(
                 failure,
@@ -290,10 +290,10 @@ class ChatClient(ABC, Generic[C]):
                 code=error.code,
                 param=error.param,
                 wait=error.wait,
-                outage=partial(self._breaker, endpoint, sent_at, error.wait),
+                outage=partial(self._breaker, replica, sent_at, error.wait),
                 jitter=self._rng.random,
             )
-            if isinstance(verdict, FailRecord | StopRun):
+            if isinstance(verdict, FailRecord | HaltRun):
                 raise verdict.error from verdict.cause
             if isinstance(verdict, Retry):
                 self.retries += 1
@@ -313,18 +313,18 @@ class ChatClient(ABC, Generic[C]):
         await anyio.sleep(delay)
 
     def _breaker(
-        self, endpoint: Endpoint[C], sent_at: float, wait: float | None, failure: CallError
+        self, replica: Replica[C], sent_at: float, wait: float | None, failure: CallError
     ) -> OutageState:
         """Count an endpoint fault on the endpoint's breaker; the state the policy sees."""
-        outage = endpoint.outage
+        outage = replica.outage
         if endpoint_fault(failure):
             outage.failed(sent_at, self.delays.probe_after(outage.probes, self._rng.random(), wait))
         state = outage.state(self.succeeded > 0)
-        if state.exceeded and self.endpoints.healthy():  # the others carry the run
+        if state.exceeded and self.replicas.healthy():  # the others carry the run
             return OutageState(open=True)
         return state
 
-    async def _probe(self, endpoint: Endpoint[C]) -> bool:
+    async def _probe(self, replica: Replica[C]) -> bool:
         """Wait for this call's turn to probe an endpoint in an outage, then probe it.
 
         One probe at a time (the breaker's lock, taken in turn), each no sooner than the
@@ -333,7 +333,7 @@ class ChatClient(ABC, Generic[C]):
         comes round again. Raises UnavailableError once the outage outlasts --max-outage
         with no other endpoint healthy.
         """
-        outage = endpoint.outage
+        outage = replica.outage
         async with outage.lock:
             # A fault answered meanwhile (a Retry-After) may push the probe on: wait it too.
             while outage.open and outage.wait_s() > 0:
@@ -341,46 +341,46 @@ class ChatClient(ABC, Generic[C]):
             if not outage.open:
                 return True
             sent_at = self._clock()
-            failed = await self._ping(endpoint)
+            failed = await self._ping(replica)
             if failed is None and outage.close(sent_at):
                 return True
             wait = failed.wait if failed else None
             delay = self.delays.probe_after(outage.probes, self._rng.random(), wait)
             outage.probe_failed(sent_at, delay)
-            if outage.exceeded(self.succeeded > 0) and not self.endpoints.healthy():
+            if outage.exceeded(self.succeeded > 0) and not self.replicas.healthy():
                 last = failed.failure if failed else CallError("unavailable", "probe overtaken")
                 raise outage.unavailable(last) from last
             return False
 
-    async def _ping(self, endpoint: Endpoint[C]) -> Failed | None:
+    async def _ping(self, replica: Replica[C]) -> Failed | None:
         """Send the probe: None when the endpoint answered anything but an endpoint fault."""
         sent, payload = self._probe_body()
-        endpoint.in_flight += 1
+        replica.in_flight += 1
         self.probes += 1
         try:
-            await self._attempt(endpoint, sent, payload, 1)
+            await self._attempt(replica, sent, payload, 1)
         except Failed as failed:
             if isinstance(failed.failure, FatalCallError):
                 raise failed.failure from failed
             # Any answer but an endpoint fault proves the server works: a refusal of the
             # probe (a 400), an empty answer, even a 200 whose body is no answer at all.
-            if endpoint_fault(failed.failure) and failed.failure.kind != "bad_response":
+            if endpoint_fault(failed.failure) and failed.failure.category != "bad_response":
                 return failed
         finally:
-            endpoint.in_flight -= 1
+            replica.in_flight -= 1
         return None
 
     def _completion(
         self,
-        answer: dict[str, Any],
+        replied: dict[str, Any],
         sent: list[dict[str, str]],
         started: float,
         attempts: int,
         tries: tuple[Try, ...],
     ) -> Completion:
-        usage = answer["usage"]
+        usage = replied["usage"]
         return Completion(
-            text=answer["text"],
+            text=replied["text"],
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             cached_tokens=usage["cached_tokens"],
@@ -388,15 +388,15 @@ class ChatClient(ABC, Generic[C]):
             cache_write_1h_tokens=usage.get("cache_write_1h_tokens", 0),
             latency_s=round(self._clock() - started, 4),
             attempts=attempts,
-            finish_reason=answer["finish_reason"],
+            finish_reason=replied["finish_reason"],
             messages=sent,
             model=self._model,
             tries=tries,
-            service_tier=answer["service_tier"],
+            service_tier=replied["service_tier"],
         )
 
     async def _attempt(
-        self, endpoint: Endpoint[C], sent: list[dict[str, str]], payload: bytes, max_tokens: int
+        self, replica: Replica[C], sent: list[dict[str, str]], payload: bytes, max_tokens: int
     ) -> dict[str, Any]:
         """One HTTP request: the read answer, or Failed."""
         estimate = estimate_tokens(sent)
@@ -413,19 +413,19 @@ class ChatClient(ABC, Generic[C]):
                 # transport's own timeout spans only each read, which a server trickling
                 # bytes never trips.
                 with anyio.fail_after(self.timeout):
-                    reply = await self._send(endpoint, payload)
+                    reply = await self._send(replica, payload)
             except TimeoutError as err:
                 failure = CallError("timeout", f"no answer within {self.timeout:g} s")
                 raise Failed(failure) from err
             self.limiter.observe(reply.headers)
-            answer = self._parse(reply.content)
-            usage = answer["usage"]
+            replied = self._parse(reply.content)
+            usage = replied["usage"]
             if reservation is not None:  # settled at the rate of the tier that served it
-                batch = at_batch_rate(None, answer["service_tier"])
+                batch = at_batch_rate(None, replied["service_tier"])
                 reservation = replace(reservation, batch=batch)
             self.limiter.settle(booking, self._counted(usage), usage["completion_tokens"])
             self.succeeded += 1
-            return answer
+            return replied
         finally:
             if self.budget is not None:
                 self.budget.settle(reservation, usage)
@@ -438,7 +438,7 @@ class ChatClient(ABC, Generic[C]):
             failure = CallError("bad_response", f"malformed response body ({len(body)} bytes)")
             raise Failed(failure) from err
         try:
-            return self._answer(data)
+            return self._read_reply(data)
         except CallError as failure:
             raise Failed(failure) from failure
 

@@ -7,7 +7,7 @@ OpenAI-compatible endpoint is asked and what it answers. The body is ``/chat/com
 where the endpoint takes it, ``service_tier``); a 400 naming ``prompt_cache_key`` drops
 the key for that endpoint and the call goes again without it (``caching``); the flex
 tier's refusals are waited out by the loop (``flex``); an answer is read by
-``answers.read_answer``.
+``replies.read_reply``.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ import orjson
 
 from ..core.steps import Request
 from ..errors import CallError
-from .answers import error_message, http_client, read_answer, redact
 from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
 from .calls import ChatClient, Failed, Reply, Status
-from .endpoints import Endpoint
 from .flex import tier_options
 from .outage import PROBE_MAX_TOKENS, PROBE_MESSAGES
 from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable
+from .replicas import Replica
+from .replies import error_message, http_client, read_reply, redact
 from .retry import error_fields
 
-__all__ = ["OpenAIClient", "error_message", "read_answer", "redact"]
+__all__ = ["OpenAIClient"]
 
 
 class OpenAIClient(ChatClient[openai.AsyncOpenAI]):
@@ -56,10 +56,10 @@ class OpenAIClient(ChatClient[openai.AsyncOpenAI]):
     async def preflight(self) -> None:
         """Raise UnreachableError for an endpoint that cannot be reached (``reach.preflight``)."""
         wait = min(self.timeout or PREFLIGHT_S, PREFLIGHT_S)
-        await preflight((e.conn for e in self.endpoints.all), wait)
+        await preflight((e.conn for e in self.replicas.all), wait)
 
     def _body(
-        self, request: Request, level: int, endpoint: Endpoint[openai.AsyncOpenAI]
+        self, request: Request, level: int, replica: Replica[openai.AsyncOpenAI]
     ) -> tuple[list[dict[str, str]], bytes]:
         """The chat completion's body: sampling, the format's fields, the cache key."""
         sent, extra = self.formats.request(request.messages, request.schema, level)
@@ -72,7 +72,7 @@ class OpenAIClient(ChatClient[openai.AsyncOpenAI]):
         }
         if request.frequency_penalty is not None:
             body["frequency_penalty"] = request.frequency_penalty
-        body.update(cache_options(request.cache_key, endpoint.takes_cache_key))
+        body.update(cache_options(request.cache_key, replica.takes_cache_key))
         body.update(extra)
         return sent, orjson.dumps(body)
 
@@ -86,11 +86,11 @@ class OpenAIClient(ChatClient[openai.AsyncOpenAI]):
         }
         return sent, orjson.dumps(body)
 
-    def _answer(self, data: Any) -> dict[str, Any]:
-        return read_answer(data)
+    def _read_reply(self, data: Any) -> dict[str, Any]:
+        return read_reply(data)
 
     def _refused(
-        self, endpoint: Endpoint[openai.AsyncOpenAI], payload: bytes, failed: Failed
+        self, replica: Replica[openai.AsyncOpenAI], payload: bytes, failed: Failed
     ) -> bool:
         """A 400 refusing ``prompt_cache_key`` (when this attempt sent it: another call may
         have dropped it meanwhile): dropped for this endpoint."""
@@ -99,18 +99,18 @@ class OpenAIClient(ChatClient[openai.AsyncOpenAI]):
             return False
         sent_key = CACHE_KEY_PARAM in orjson.loads(payload)  # (a refusal without it fails)
         if sent_key and cache_key_refused(failure.status, str(failure), failed.param):
-            endpoint.takes_cache_key = False  # unknown to this server: go again without
+            replica.takes_cache_key = False  # unknown to this server: go again without
             return True
         return False
 
-    async def _send(self, endpoint: Endpoint[openai.AsyncOpenAI], payload: bytes) -> Reply:
+    async def _send(self, replica: Replica[openai.AsyncOpenAI], payload: bytes) -> Reply:
         """POST the request; translate every failure into Failed."""
         try:
             # A plain POST of bytes we encode: the SDK's typed resource method transforms
             # every message dict and json-encodes with the standard library, which costs
             # more CPU per call than the rest of the pipeline. Auth, base URL and the
             # mapping of error statuses to exceptions stay the SDK's.
-            raw = await endpoint.conn.post(
+            raw = await replica.conn.post(
                 "/chat/completions",
                 cast_to=httpx2.Response,
                 content=payload,
@@ -126,7 +126,7 @@ class OpenAIClient(ChatClient[openai.AsyncOpenAI]):
         except openai.APIConnectionError as err:  # timeouts too: a refused connect may be one
             why = unreachable(err)
             if why is not None:
-                failure = CallError("connection", f"cannot reach {base_url(endpoint.conn)}: {why}")
+                failure = CallError("connection", f"cannot reach {base_url(replica.conn)}: {why}")
                 raise Failed(failure, unreachable=why) from err
             broke = os_error(err)
             if broke is None and isinstance(err, openai.APITimeoutError):

@@ -74,20 +74,20 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 class LimitHeaders:
     """One per-minute budget a provider announces, by the names of its three headers."""
 
-    kind: str  # the pace it sets: "requests", "tokens", "input" or "output"
+    bucket: str  # the pace it sets: "requests", "tokens", "input" or "output"
     limit: str
     remaining: str
     reset: str
 
 
-def _openai(kind: str) -> LimitHeaders:
-    names = (f"x-ratelimit-{what}-{kind}" for what in ("limit", "remaining", "reset"))
-    return LimitHeaders(kind, *names)
+def _openai(bucket: str) -> LimitHeaders:
+    names = (f"x-ratelimit-{what}-{bucket}" for what in ("limit", "remaining", "reset"))
+    return LimitHeaders(bucket, *names)
 
 
-def _anthropic(kind: str, name: str) -> LimitHeaders:
+def _anthropic(bucket: str, name: str) -> LimitHeaders:
     prefix = f"anthropic-ratelimit-{name}"
-    return LimitHeaders(kind, f"{prefix}-limit", f"{prefix}-remaining", f"{prefix}-reset")
+    return LimitHeaders(bucket, f"{prefix}-limit", f"{prefix}-remaining", f"{prefix}-reset")
 
 
 # The budgets the pacer reads, OpenAI's and Anthropic's.
@@ -103,7 +103,7 @@ RATE_HEADERS: Final = tuple(h for b in LIMIT_HEADERS for h in (b.limit, b.remain
 
 
 def rate_limits(headers: Mapping[str, str]) -> dict[str, float]:
-    """The limits ``headers`` announce, by the pace they set (valid, positive numbers only)."""
+    """The limits ``headers`` announce, by the bucket they set (valid, positive numbers only)."""
     found: dict[str, float] = {}
     for named in LIMIT_HEADERS:
         raw = headers.get(named.limit)
@@ -114,7 +114,7 @@ def rate_limits(headers: Mapping[str, str]) -> dict[str, float]:
         except ValueError:
             continue
         if math.isfinite(limit) and limit > 0:
-            found[named.kind] = limit
+            found[named.bucket] = limit
     return found
 
 
@@ -257,14 +257,14 @@ class Limiter:
         self._clock = clock
         self._sleep = sleep
         self._wall = wall  # Unix time, for reset headers that name a moment
-        # Per-minute limits in force, and their paces, by kind: requests, tokens (prompt
+        # Per-minute limits in force, and their paces, by bucket: requests, tokens (prompt
         # and max_tokens together), input and output (where a server counts them apart).
         self._limits: dict[str, float] = {}
         self._paces: dict[str, Pace] = {}
-        for kind, limit in (("requests", rpm), ("tokens", tpm)):
+        for bucket, limit in (("requests", rpm), ("tokens", tpm)):
             if limit:
-                self._limits[kind] = limit
-                self._paces[kind] = Pace(limit / 60.0)
+                self._limits[bucket] = limit
+                self._paces[bucket] = Pace(limit / 60.0)
         self._factor = 1.0
         self._last_slow = -math.inf
         self._last_tick = clock()
@@ -276,8 +276,8 @@ class Limiter:
         return self._factor
 
     def _retune(self) -> None:
-        for kind, pace in self._paces.items():
-            pace.rate = self._limits[kind] / 60.0 * self._factor
+        for bucket, pace in self._paces.items():
+            pace.rate = self._limits[bucket] / 60.0 * self._factor
 
     def _recover(self, now: float) -> None:
         elapsed = now - self._last_tick
@@ -302,8 +302,8 @@ class Limiter:
             "output": max_tokens,
         }
         wait = 0.0
-        for kind, pace in self._paces.items():
-            wait = max(wait, pace.reserve(costs[kind], now))
+        for bucket, pace in self._paces.items():
+            wait = max(wait, pace.reserve(costs[bucket], now))
         return Booking(prompt_estimate, prompt_estimate + max_tokens, max_tokens), wait
 
     async def acquire(self, prompt_estimate: int, max_tokens: int) -> Booking:
@@ -319,8 +319,8 @@ class Limiter:
         """Correct the token budgets with the prompt tokens the server really counted and,
         where output is paced apart, the answer's tokens (``max_tokens`` was booked)."""
         if prompt_tokens is not None:
-            for kind in ("tokens", "input"):
-                pace = self._paces.get(kind)
+            for bucket in ("tokens", "input"):
+                pace = self._paces.get(bucket)
                 if pace is not None:
                     pace.adjust(prompt_tokens - booking.prompt_estimate)
         output = self._paces.get("output")
@@ -346,7 +346,7 @@ class Limiter:
         """The server says this budget is spent: send nothing of it until it refills a little."""
         if headers.get(named.remaining, "").strip() != "0":
             return
-        pace = self._paces.get(named.kind)
+        pace = self._paces.get(named.bucket)
         reset = parse_reset(headers.get(named.reset, ""), self._wall())
         if pace is not None and reset is not None:
             # Capped: a minute-window server's reset can be long, and other answers in
@@ -355,12 +355,12 @@ class Limiter:
 
     def observe(self, headers: Mapping[str, str]) -> None:
         """Adopt the limits the server announces when tighter than ours; respect an empty budget."""
-        for kind, limit in rate_limits(headers).items():
-            known = self._limits.get(kind)
+        for bucket, limit in rate_limits(headers).items():
+            known = self._limits.get(bucket)
             if known is None or limit < known:
-                self._limits[kind] = limit
-                if kind not in self._paces:
-                    self._paces[kind] = Pace(limit / 60.0 * self._factor)
+                self._limits[bucket] = limit
+                if bucket not in self._paces:
+                    self._paces[bucket] = Pace(limit / 60.0 * self._factor)
                 self._retune()
         for named in LIMIT_HEADERS:
             self._respect_empty(headers, named)

@@ -114,7 +114,9 @@ def declared_metric(job: Job, metric: str | None) -> tuple[str, MetricSpec] | No
             )
         spec = specs.get(metric)
         if spec is not None and spec.right_or_wrong is False:
-            what = spec.type if spec.better else f"{spec.type} without a better direction"
+            what = (
+                spec.value_type if spec.better else f"{spec.value_type} without a better direction"
+            )
             raise ConfigError(
                 f"--metric {metric}: job {job.name!r} declares it a {what}, not right or "
                 f"wrong; its right-or-wrong metrics: {listed}"

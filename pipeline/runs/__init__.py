@@ -7,7 +7,7 @@
     urls        where a run's calls go: its endpoints, kept between invocations
     restart     a run with no successful call, started over by a corrected command
     rundir      the run directory's files, lock and progress snapshot
-    store       the checkpoint journal: the source of truth for resume
+    journal     the checkpoint journal: the source of truth for resume
     outputs     outputs.jsonl, traces.jsonl, errors.jsonl
     tally       what a run has used: records, calls, tokens, dollars
     progress    the progress bar, or log lines where there is no terminal
@@ -22,7 +22,7 @@ Backends (``pipeline.backends``) build on these public types; nothing here knows
 from .clients import ClientPlan, Endpoint, open_client
 from .manifest import Manifest
 from .rundir import RunDir
-from .session import EXIT, CallCounts, RunSummary, Session, StopReason
+from .session import EXIT, CallCounts, Halt, RunSummary, Session
 from .settings import Settings, effective_job, resolve
 
 __all__ = [
@@ -30,12 +30,12 @@ __all__ = [
     "CallCounts",
     "ClientPlan",
     "Endpoint",
+    "Halt",
     "Manifest",
     "RunDir",
     "RunSummary",
     "Session",
     "Settings",
-    "StopReason",
     "effective_job",
     "open_client",
     "resolve",

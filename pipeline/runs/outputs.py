@@ -20,7 +20,7 @@ import orjson
 
 from ..core.steps import Outcome
 from ..errors import InputError, StoreError
-from .store import repair_tail
+from .journal import repair_tail
 
 __all__ = ["RAW_LIMIT", "KeyedJsonl", "Outputs", "rejected_lines"]
 

@@ -209,8 +209,8 @@ def effective_job(job: Job, settings: Settings) -> Job:
     if settings.repair is not None:
         strategies = replace(strategies, repair=settings.repair)
     select = settings.select or job.select
-    if select != "default" and select not in job.kind.selections:
-        known = ", ".join(["default", *job.kind.selections])
+    if select != "default" and select not in job.answer_kind.selections:
+        known = ", ".join(["default", *job.answer_kind.selections])
         raise ConfigError(f"--select {select}: job {job.name!r} offers {known}")
     return replace(job, strategies=strategies, select=select)
 

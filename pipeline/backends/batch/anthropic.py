@@ -250,7 +250,7 @@ class AnthropicBatchAPI:
             try:
                 answer = read_message(got.get("message"), self._ttl)
             except CallError as err:
-                return {"custom_id": cid, "failed": {"kind": err.kind, "message": str(err)}}
+                return {"custom_id": cid, "failed": {"category": err.category, "message": str(err)}}
             return {"custom_id": cid, "answer": answer}
         if kind == "errored":
             error_type, message = error_of(got.get("error"))

@@ -34,12 +34,12 @@ import orjson
 
 from ...core.steps import Request
 from ...errors import CallError
-from ..answers import http_client, redact
 from ..calls import ChatClient, Failed, Reply, Status
-from ..endpoints import Endpoint
 from ..models import ANTHROPIC_URL
 from ..outage import PROBE_MAX_TOKENS, PROBE_MESSAGES
 from ..reach import PREFLIGHT_S, os_error, unreachable, unreachable_error
+from ..replicas import Replica
+from ..replies import http_client, redact
 from .messages import API_VERSION, error_of, messages_body, read_message, sent_messages
 
 __all__ = ["AnthropicClient", "Connection", "api_root", "credit_spent", "headers_for"]
@@ -105,8 +105,8 @@ class AnthropicClient(ChatClient[Connection]):
         """Raise UnreachableError for an endpoint that cannot be reached: each is asked for
         its model list (free); any HTTP answer, an error too, shows it is there."""
         wait = min(self.timeout or PREFLIGHT_S, PREFLIGHT_S)
-        for endpoint in self.endpoints.all:
-            conn = endpoint.conn
+        for replica in self.replicas.all:
+            conn = replica.conn
             try:
                 with anyio.fail_after(wait):
                     await conn.http.get(f"{conn.root}/v1/models", headers=conn.headers)
@@ -118,7 +118,7 @@ class AnthropicClient(ChatClient[Connection]):
                 pass  # a silent host: no verdict, left to the calls
 
     def _body(
-        self, request: Request, level: int, endpoint: Endpoint[Connection]
+        self, request: Request, level: int, replica: Replica[Connection]
     ) -> tuple[list[dict[str, str]], bytes]:
         sent = sent_messages(request.messages, request.schema, level)
         body = messages_body(
@@ -145,7 +145,7 @@ class AnthropicClient(ChatClient[Connection]):
         )
         return sent, orjson.dumps(body)
 
-    def _answer(self, data: Any) -> dict[str, Any]:
+    def _read_reply(self, data: Any) -> dict[str, Any]:
         return read_message(data, self.cache_ttl)
 
     def _counted(self, usage: Mapping[str, int]) -> int:
@@ -155,9 +155,9 @@ class AnthropicClient(ChatClient[Connection]):
     def _quota_spent(self, status: int, code: str | None, message: str, wait: float | None) -> bool:
         return credit_spent(status, message)
 
-    async def _send(self, endpoint: Endpoint[Connection], payload: bytes) -> Reply:
+    async def _send(self, replica: Replica[Connection], payload: bytes) -> Reply:
         """POST the request; translate every failure into Failed."""
-        conn = endpoint.conn
+        conn = replica.conn
         try:
             raw = await conn.http.post(
                 f"{conn.root}/v1/messages", content=payload, headers=conn.headers

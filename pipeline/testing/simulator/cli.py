@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_answer_key(parser, d)
     _add_anthropic(parser, d)
     batch = parser.add_argument_group("Batch API (the timings and failures: Message Batches too)")
-    for flag, name, kind, help_ in (
+    for flag, name, convert, help_ in (
         ("--batch-validating", "batch_validating_s", float, "seconds a batch spends validating"),
         ("--batch-delay", "batch_delay_s", float, "seconds in progress (the completion delay)"),
         ("--batch-finalizing", "batch_finalizing_s", float, "seconds finalizing (or cancelling)"),
@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         default = getattr(d, name)
         batch.add_argument(
-            flag, dest=name, type=kind, default=default, help=f"{help_} (default: {default})"
+            flag, dest=name, type=convert, default=default, help=f"{help_} (default: {default})"
         )
     batch.add_argument(
         "--no-batch-shuffle",
@@ -327,7 +327,7 @@ def _add_anthropic(parser: argparse.ArgumentParser, d: SimConfig) -> None:
         "context-limit, quota and retry-after apply to it too, in Anthropic's words; "
         "p-503 does not (its overload is --p-529).",
     )
-    for flag, name, kind, help_ in (
+    for flag, name, convert, help_ in (
         ("--itpm", "itpm", float, "input tokens per minute (uncached and cache writes)"),
         ("--otpm", "otpm", float, "output tokens per minute (max_tokens, then settled)"),
         ("--p-429", "p_429", float, "share of messages refused 429 rate_limit_error"),
@@ -353,7 +353,7 @@ def _add_anthropic(parser: argparse.ArgumentParser, d: SimConfig) -> None:
     ):
         default = getattr(d, name)
         group.add_argument(
-            flag, dest=name, type=kind, default=default, help=f"{help_} (default: {default})"
+            flag, dest=name, type=convert, default=default, help=f"{help_} (default: {default})"
         )
 
 

@@ -26,7 +26,7 @@ from .chatrequest import (
 from .config import DEFAULT_MODEL, FAULTS, SimConfig
 from .content import estimate_tokens, write_answer
 from .faults import (
-    Refusal,
+    ErrorReply,
     context_refusal,
     poison_refusal,
     quota_refusal,
@@ -34,7 +34,7 @@ from .faults import (
     throttle_refusal,
 )
 from .log import RequestLog, RequestLogger
-from .ratelimit import RateLimiter
+from .ratelimit import ChatLimiter
 from .replies import Action, Reply, error_body, json_reply
 from .tiers import Bill, flex_refusal, served_tier
 
@@ -147,7 +147,7 @@ def _validate(cfg: SimConfig, call: _Call, parsed: Any, answered: int) -> ChatRe
     return request
 
 
-def _refuse(call: _Call, refusal: Refusal) -> Reply:
+def _refuse(call: _Call, refusal: ErrorReply) -> Reply:
     return call.reply(refusal.status, refusal.body, refusal.outcome, headers=list(refusal.headers))
 
 
@@ -158,7 +158,7 @@ class Engine:
         self.logger = logger
         self.t0 = time.monotonic()
         self._ids = itertools.count(1)
-        self._limiter = RateLimiter()
+        self._limiter = ChatLimiter()
         self._applied: SimConfig | None = None
         self._fault_rng = random.Random(0)
         self._jitter_rng = random.Random(0)
@@ -172,7 +172,7 @@ class Engine:
         """Start the clock; the first request sets up limits and draws afresh."""
         self.t0 = now
         self._applied = None
-        self._limiter = RateLimiter()
+        self._limiter = ChatLimiter()
         self._answered = 0
 
     def _apply(self, cfg: SimConfig, now: float) -> None:
