@@ -48,7 +48,7 @@ from .replicas import Replica, Replicas
 from .replies import redact
 from .retry import OutageState, classify_status, endpoint_fault, quota_spent, retry_after
 
-__all__ = ["ChatClient", "Failed", "Reply", "Status"]
+__all__ = ["ChatClient", "Failed", "HttpReply", "Status"]
 
 C = TypeVar("C")  # a dialect's connection to one endpoint
 
@@ -74,7 +74,7 @@ class Failed(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class HttpReply:
     """A successful HTTP answer: its headers and body."""
 
     headers: Mapping[str, str]
@@ -183,7 +183,7 @@ class ChatClient(ABC, Generic[C]):
         """The outage probe's messages and body: a one-token request of the client's own."""
 
     @abstractmethod
-    async def _send(self, replica: Replica[C], payload: bytes) -> Reply:
+    async def _send(self, replica: Replica[C], payload: bytes) -> HttpReply:
         """POST ``payload``; the answer, or ``Failed`` (an error status through ``_status``)."""
 
     @abstractmethod

@@ -21,7 +21,7 @@ import orjson
 from ..core.steps import Request
 from ..errors import CallError
 from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
-from .calls import ChatClient, Failed, Reply, Status
+from .calls import ChatClient, Failed, HttpReply, Status
 from .flex import tier_options
 from .outage import PROBE_MAX_TOKENS, PROBE_MESSAGES
 from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable
@@ -103,7 +103,7 @@ class OpenAIClient(ChatClient[openai.AsyncOpenAI]):
             return True
         return False
 
-    async def _send(self, replica: Replica[openai.AsyncOpenAI], payload: bytes) -> Reply:
+    async def _send(self, replica: Replica[openai.AsyncOpenAI], payload: bytes) -> HttpReply:
         """POST the request; translate every failure into Failed."""
         try:
             # A plain POST of bytes we encode: the SDK's typed resource method transforms
@@ -117,7 +117,7 @@ class OpenAIClient(ChatClient[openai.AsyncOpenAI]):
                 options={"headers": {"Content-Type": "application/json"}},
             )
             await raw.aread()
-            return Reply(raw.headers, raw.content)
+            return HttpReply(raw.headers, raw.content)
         except openai.APIStatusError as err:
             code, param = error_fields(err.body)
             raise self._status(

@@ -34,7 +34,7 @@ import orjson
 
 from ...core.steps import Request
 from ...errors import CallError
-from ..calls import ChatClient, Failed, Reply, Status
+from ..calls import ChatClient, Failed, HttpReply, Status
 from ..models import ANTHROPIC_URL
 from ..outage import PROBE_MAX_TOKENS, PROBE_MESSAGES
 from ..reach import PREFLIGHT_S, os_error, unreachable, unreachable_error
@@ -42,7 +42,7 @@ from ..replicas import Replica
 from ..replies import http_client, redact
 from .messages import API_VERSION, error_of, messages_body, read_message, sent_messages
 
-__all__ = ["AnthropicClient", "Connection", "api_root", "credit_spent", "headers_for"]
+__all__ = ["AnthropicClient", "MessagesConnection", "api_root", "credit_spent", "headers_for"]
 
 # A spent credit balance, in Anthropic's words (a 400), or its billing error (402).
 _CREDIT = "credit balance"
@@ -71,7 +71,7 @@ def credit_spent(status: int, message: str) -> bool:
 
 
 @dataclass(slots=True)
-class Connection:
+class MessagesConnection:
     """One endpoint: its API root, its HTTP client and the headers every request carries."""
 
     root: str
@@ -79,7 +79,7 @@ class Connection:
     headers: dict[str, str] = field(repr=False)
 
 
-class AnthropicClient(ChatClient[Connection]):
+class AnthropicClient(ChatClient[MessagesConnection]):
     """Anthropic's Messages API (or several replicas of it) behind the run's policies.
 
     ``cache_ttl`` is how long the prefixes its breakpoints mark stay cached: ``5m`` or
@@ -91,14 +91,16 @@ class AnthropicClient(ChatClient[Connection]):
         self.cache_ttl = cache_ttl
         super().__init__(**options)
 
-    def _connect(self, url: str | None, api_key: str | None, connections: int) -> Connection:
+    def _connect(
+        self, url: str | None, api_key: str | None, connections: int
+    ) -> MessagesConnection:
         limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
-        return Connection(api_root(url), http_client(limits), headers_for(api_key))
+        return MessagesConnection(api_root(url), http_client(limits), headers_for(api_key))
 
-    async def _close(self, conn: Connection) -> None:
+    async def _close(self, conn: MessagesConnection) -> None:
         await conn.http.aclose()
 
-    def _url(self, conn: Connection) -> str:
+    def _url(self, conn: MessagesConnection) -> str:
         return conn.root
 
     async def preflight(self) -> None:
@@ -118,7 +120,7 @@ class AnthropicClient(ChatClient[Connection]):
                 pass  # a silent host: no verdict, left to the calls
 
     def _body(
-        self, request: Request, level: int, replica: Replica[Connection]
+        self, request: Request, level: int, replica: Replica[MessagesConnection]
     ) -> tuple[list[dict[str, str]], bytes]:
         sent = sent_messages(request.messages, request.schema, level)
         body = messages_body(
@@ -155,7 +157,7 @@ class AnthropicClient(ChatClient[Connection]):
     def _quota_spent(self, status: int, code: str | None, message: str, wait: float | None) -> bool:
         return credit_spent(status, message)
 
-    async def _send(self, replica: Replica[Connection], payload: bytes) -> Reply:
+    async def _send(self, replica: Replica[MessagesConnection], payload: bytes) -> HttpReply:
         """POST the request; translate every failure into Failed."""
         conn = replica.conn
         try:
@@ -179,7 +181,7 @@ class AnthropicClient(ChatClient[Connection]):
             raise Failed(CallError("connection", message)) from err
         if raw.status_code != 200:
             raise self._status(_status_of(raw))
-        return Reply(raw.headers, raw.content)
+        return HttpReply(raw.headers, raw.content)
 
 
 def _status_of(raw: httpx2.Response) -> Status:
