@@ -11,6 +11,7 @@ from pathlib import Path
 from pipeline.core.loader import load_job
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, write_jsonl
+from tests.helpers import sent as sent_of
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_BLOCK = re.compile(r"<!-- file: (\S+) -->\n```[a-z]*\n(.*?)```", re.DOTALL)
@@ -57,8 +58,10 @@ def test_the_worked_example_job_runs_as_written(tmp_path: Path) -> None:
     found = 0
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         answers = [s for s in trace["steps"] if s.get("iteration_answer")]
-        for step in (s for s in trace["steps"] if s["role"] == "refine"):
-            sent = "\n".join(m["content"] for m in step["messages"])
+        for step, asked in zip(trace["steps"], sent_of(trace), strict=True):
+            if step["role"] != "refine":
+                continue
+            sent = "\n".join(m["content"] for m in asked)
             for answer in (a for a in answers if a["iteration"] < step["iteration"]):
                 found += len(answer.get("checks") or [])
                 assert all(finding in sent for finding in answer.get("checks") or [])

@@ -14,6 +14,7 @@ from pipeline import Settings, run
 from pipeline.core.jobs import builtin_jobs
 from pipeline.core.loader import load_job
 from pipeline.core.prompts import field_text
+from pipeline.core.trace import steps_of
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
@@ -47,9 +48,11 @@ def test_every_refine_call_carries_the_whole_history(name: str, tmp_path: Path) 
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         row = by_id[trace["id"]]
         steps = trace["steps"]
-        for call in (s for s in steps if s["role"] == "refine"):
+        for call, asked in zip(steps, steps_of(steps), strict=True):
+            if call["role"] != "refine":
+                continue
             refines += 1
-            text = "\n".join(m["content"] for m in call["messages"])
+            text = "\n".join(m["content"] for m in asked.messages)
             for f in job.inputs:
                 if f.name in shown and row.get(f.name) is not None:
                     assert field_text(row[f.name], f.join) in text

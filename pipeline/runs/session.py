@@ -9,12 +9,11 @@ clients for progress and the summary.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -38,6 +37,7 @@ from .rundir import RunDir
 from .shards import shard_of
 from .store import Journal
 from .tally import tally
+from .traces import read_traces, resumable
 
 __all__ = [
     "EXIT",
@@ -204,9 +204,11 @@ class Session:
         self.stop = Stopping()
         self.outputs = Outputs(rd.path, log.warning)
         self.outputs.sync()  # what the journal may drop below must be on disk first
-        self.journal = Journal(rd.checkpoint_path, fsync=self.settings.fsync)
-        done = self.outputs.finished - self._reopen_failed()
-        self.prior = self.journal.load(done, log.warning)
+        self.journal = Journal(
+            rd.checkpoint_path, fsync=self.settings.fsync, durable=self.outputs.sync_records
+        )
+        self._reopen_failed()
+        self.prior = self.journal.load(self.outputs.finished, log.warning)
         self.journal.open()
         used = tally(rd.outputs_path, self.prior, prices, self.model_for)
         self.budget = Budget(self.settings.budget, prices, spent=used.cost_usd or 0.0)
@@ -219,15 +221,17 @@ class Session:
         self._lines_seen = 0
         self._scope: anyio.CancelScope | None = None  # the run's, once supervised
 
-    def _reopen_failed(self) -> set[str]:
-        """With --retry-failed: take the failed records back (their journaled steps stay)."""
+    def _reopen_failed(self) -> None:
+        """With --retry-failed: take the failed records back, to resume from their traced
+        calls (journaled again before their lines go, so a kill loses none)."""
         if not self.settings.retry_failed:
-            return set()
+            return
         ids = self.outputs.failed_ids()
         if ids:
+            traced = read_traces(self.rd.traces_path, ids, log.warning)
+            self.journal.restore({rid: resumable(s) for rid, s in traced.items()}, log.warning)
             self.outputs.reopen(ids)
             log.info("retrying %d failed record(s) from their last completed call", len(ids))
-        return ids
 
     def sink(self) -> CountingSink:
         """Where loops save their steps."""
@@ -247,6 +251,7 @@ class Session:
         """Write a finished record and count it."""
         cost = self.prices.steps_cost(outcome.steps, self.model_for)
         self.outputs.finish(outcome, cost)
+        self.journal.finished(outcome.record.id)
         if outcome.status == "done":
             self.counters.done += 1
         else:
@@ -361,8 +366,12 @@ class Session:
         self._count_calls(counts)
         c.spent_usd = self.budget.total()
         self.progress.close()
-        with contextlib.suppress(StoreError):
+        try:
             self.outputs.sync()
+        except StoreError:
+            pass  # the journal keeps every entry then
+        else:
+            self.journal.compact()  # what finished is durable: its entries go
         self.outputs.close()
         failed = self.outputs.outputs.counts.get("failed", 0)
         bad = len(self.outputs.errors.keys)
@@ -420,8 +429,8 @@ class CountingSink:
         self.hooks = hooks
         self.halt = halt
 
-    async def save(self, record_id: str, index: int, step: Step) -> None:
-        await self.journal.save(record_id, index, step)
+    async def save(self, record_id: str, earlier: Sequence[Step], step: Step) -> None:
+        await self.journal.save(record_id, earlier, step)
         self.counters.prompt_tokens += step.usage.get("prompt_tokens", 0)
         self.counters.completion_tokens += step.usage.get("completion_tokens", 0)
         for failure in step.hook_errors:
