@@ -56,7 +56,7 @@ def main(argv: Sequence[str]) -> int:
         fsync_dir(path)
 
     with (
-        mock.patch.object(store.os, "replace", replacing),
+        mock.patch.object(os, "replace", replacing),
         mock.patch.object(store, "_fsync_dir", syncing),
         mock.patch.object(store, "COMPACT_MIN_BYTES", 0 if eager else store.COMPACT_MIN_BYTES),
     ):

@@ -128,6 +128,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_show(args: argparse.Namespace) -> int:
+    from ..commands import show as show_mod
+
+    trace = show_mod.show(args.run_dir, args.record_id)
+    if args.json:
+        Console.print(show_mod.json_lines(trace).decode().rstrip("\n"))
+    else:
+        Console.print(show_mod.render(trace))
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from ..report import DETAIL_LIMIT, read_ids, write_report
 
@@ -208,6 +219,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _cmd_run,
     "resume": _cmd_resume,
     "status": _cmd_status,
+    "show": _cmd_show,
     "jobs": _cmd_jobs,
     "report": _cmd_report,
     "estimate": _cmd_estimate,
