@@ -28,6 +28,8 @@ package; the code-with-tests kit that only code jobs use is ``jobs.code``. Inter
 modules (anything not exported below) may change between versions.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .client.budget import Budget
 from .client.prices import Price, PriceBook, load_prices
 from .commands.status import collect as run_status
@@ -50,11 +52,26 @@ from .errors import (
     UnavailableError,
     UnreachableError,
 )
-from .runner import EXIT, RunSummary, aresume, arun, resume, run
 from .runs.manifest import Manifest
 from .runs.rundir import RunDir
 from .runs.settings import Settings
 from .sandbox import SandboxMode
+
+if TYPE_CHECKING:
+    from .runner import EXIT, RunSummary, aresume, arun, resume, run
+
+# Imported when first asked for (PEP 562): the runner brings the HTTP SDKs, which a command
+# that calls no model (status, show, report, export, jobs, --help) never needs.
+_FROM_RUNNER = frozenset({"EXIT", "RunSummary", "aresume", "arun", "resume", "run"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_RUNNER:
+        from . import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "EXIT",
