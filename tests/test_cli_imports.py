@@ -5,10 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pipeline import Settings, run
+from pipeline.commands.status import collect
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import tasks, write_jsonl
 
@@ -82,3 +84,19 @@ def test_the_probe_sees_an_sdk_a_command_imports(finished_run: Path) -> None:
     """The same probe on a command that calls a model names the SDK: the check can fail."""
     _, loaded = probe("status", str(finished_run), first="import pipeline.client.chat\n")
     assert "openai" in loaded.split(",")
+
+
+def test_status_reads_no_trace(finished_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`refine status` counts a finished run from outputs.jsonl and the journal: it never
+    opens traces.jsonl, the run directory's largest file."""
+    opened: list[str] = []
+    real = Path.open
+
+    def watched(self: Path, *args: Any, **kw: Any) -> Any:
+        opened.append(self.name)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(Path, "open", watched)
+    info = collect(finished_run)
+    assert info["done"] == 2 and "outputs.jsonl" in opened
+    assert "traces.jsonl" not in opened
