@@ -29,6 +29,7 @@ from ..core.records import Record
 from ..core.steps import Outcome, Step
 from ..errors import AuthError, BudgetReached, ConfigError, InputError, StoreError, UnavailableError
 from ..io.records import count_records, read_records
+from .exits import EXIT
 from .hooks import HookWatch
 from .manifest import Manifest
 from .outputs import Outputs
@@ -55,17 +56,6 @@ __all__ = [
 log = logging.getLogger("refine")
 
 # Exit statuses (documented in the README and `refine --help`).
-EXIT = {
-    "ok": 0,  # every input line became a record and every record is done
-    "partial": 1,  # some records failed, or some input lines could not be read
-    "config": 2,  # bad usage or configuration (also: unknown model, RUN_DIR in use)
-    "auth": 3,  # the endpoint refused the API key
-    "store": 4,  # the run directory cannot be written (disk full, read-only)
-    "unavailable": 5,  # the endpoint stayed down longer than --max-outage
-    "budget": 6,  # --budget reached; resumable with a larger budget
-    "detached": 75,  # --batch --detach: batches in flight; run the same command again
-    "interrupted": 130,  # SIGINT/SIGTERM: stopped cleanly, resumable
-}
 READ_BATCH = 256
 
 PROGRESS_EVERY_S = 1.0
