@@ -9,10 +9,13 @@ commit, with the same script and the same simulator, so two tables compare). It 
 - run dir / input: the run directory's bytes over the input's right after the run, and the
   largest sampled during it (every 50 ms);
 - prompt tokens per record (from outputs.jsonl);
-- re-run of a finished run: the wall time of the same command again (nothing to call);
+- re-run of a finished run: the same command again (nothing to call), the median of 3;
 - first new call after a kill at 50%: a second run SIGKILLed once half its records are
   out, then the same command: time from its start to the simulator's next request;
-- `refine status` on the finished run (wall time of the command, the median of 5).
+- `refine status` on the finished run, the median of 5.
+
+Each time is the command's wall time and, in brackets, its CPU time (user + system),
+which a machine shared with other work disturbs less.
 
 The simulator runs in its own process (bench_throughput.simulator).
 Usage: scripts/bench_store.py [--records N] [--checkout DIR] [--concurrency C]
@@ -24,6 +27,7 @@ import argparse
 import contextlib
 import os
 import random
+import resource
 import signal
 import statistics
 import subprocess
@@ -88,13 +92,27 @@ class Refine:
             cmd, cwd=self.checkout, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
 
-    def run(self, *args: str) -> float:
+    def run(self, *args: str) -> tuple[float, float]:
+        """The wall time and the CPU time (user + system) of `refine ARGS`."""
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = self.start(*args)
         _, err = proc.communicate()
+        wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"refine {' '.join(args)} exited {proc.returncode}: {err.decode()}")
-        return time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def cpu_s(pid: int) -> float:
+    """The CPU time (user + system) a live process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def median(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
 
 
 def lines(path: Path) -> int:
@@ -136,7 +154,7 @@ def main() -> None:
 
             sampler = threading.Thread(target=sample)
             sampler.start()
-            wall = refine.run(*run_args(out))
+            wall, _ = refine.run(*run_args(out))
             done.set()
             sampler.join()
             after = dir_bytes(out)
@@ -145,8 +163,8 @@ def main() -> None:
             prompt = statistics.mean(o["usage"]["prompt_tokens"] for o in outs)
             files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
             # 2. a finished run again, and its status
-            rerun = refine.run(*run_args(out))
-            status = statistics.median(refine.run("status", str(out)) for _ in range(5))
+            rerun = median([refine.run(*run_args(out)) for _ in range(3)])
+            status = median([refine.run("status", str(out)) for _ in range(5)])
             # 3. killed at 50%, then the same command: its first new call
             out2 = tmp / "killed"
             proc = refine.start(*run_args(out2))
@@ -159,7 +177,7 @@ def main() -> None:
             proc = refine.start(*run_args(out2))
             while lines(log) == before and proc.poll() is None:
                 time.sleep(0.005)
-            first_call = time.perf_counter() - t0
+            first_call = time.perf_counter() - t0, cpu_s(proc.pid)
             proc.communicate()
             finished = lines(out2 / "outputs.jsonl")
     print(f"refine of {args.checkout}: {args.records:,} records, input {size / 2**20:.1f} MiB")
@@ -169,9 +187,12 @@ def main() -> None:
     print(f"| run dir / input, peak during the run | {peak[0] / size:.2f} |")
     print(f"| prompt tokens per record | {prompt:,.0f} |")
     print(f"| the run (wall) | {wall:.1f} s |")
-    print(f"| re-run of the finished run | {rerun:.2f} s |")
-    print(f"| first new call after a kill at 50% | {first_call:.2f} s |")
-    print(f"| refine status (finished run) | {status:.2f} s |")
+    for what, (w, c) in (
+        ("re-run of the finished run", rerun),
+        ("first new call after a kill at 50%", first_call),
+        ("refine status (finished run)", status),
+    ):
+        print(f"| {what}: wall (CPU) | {w:.2f} s ({c:.2f} s) |")
     print("files after the run: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in files.items()))
     print(f"killed run resumed to {finished:,} outputs of {args.records:,}")
 
