@@ -127,6 +127,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2000, help="N (default 2000)")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--checkout", type=Path, default=ROOT, help="the refine measured")
+    parser.add_argument(
+        "--structured",
+        choices=("json_schema", "none"),
+        default="json_schema",
+        help="what the simulator takes: none makes the schema spelled out in the prompt",
+    )
     args = parser.parse_args()
     refine = Refine(args.checkout.resolve())
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp_name:
@@ -134,7 +140,8 @@ def main() -> None:
         inp = tmp / "in.jsonl"
         size = make_input(inp, args.records)
         log = tmp / "sim.jsonl"
-        with simulator("--latency", "0", "--p-done", "0", log=log) as url:
+        flags = ("--latency", "0", "--p-done", "0", "--structured", args.structured)
+        with simulator(*flags, log=log) as url:
 
             def run_args(out: Path) -> tuple[str, ...]:
                 fixed = ("--max-iters", "2", "--min-iters", "2", "--no-checks", "--quiet")
@@ -162,6 +169,13 @@ def main() -> None:
             outs = [orjson.loads(x) for x in (out / "outputs.jsonl").read_bytes().splitlines()]
             prompt = statistics.mean(o["usage"]["prompt_tokens"] for o in outs)
             files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+            feedback = [
+                s
+                for t in (out / "traces.jsonl").read_bytes().splitlines()
+                for s in orjson.loads(t)["steps"]
+                if s["role"] == "feedback"
+            ]
+            parsed = sum(s.get("parsed") is not None for s in feedback) / len(feedback)
             # 2. a finished run again, and its status
             rerun = median([refine.run(*run_args(out)) for _ in range(3)])
             status = median([refine.run("status", str(out)) for _ in range(5)])
@@ -180,12 +194,16 @@ def main() -> None:
             first_call = time.perf_counter() - t0, cpu_s(proc.pid)
             proc.communicate()
             finished = lines(out2 / "outputs.jsonl")
-    print(f"refine of {args.checkout}: {args.records:,} records, input {size / 2**20:.1f} MiB")
+    print(
+        f"refine of {args.checkout}: {args.records:,} records, input {size / 2**20:.1f} MiB, "
+        f"simulator taking {args.structured}"
+    )
     print("| measure | value |")
     print("| --- | --- |")
     print(f"| run dir / input, right after the run | {after / size:.2f} |")
     print(f"| run dir / input, peak during the run | {peak[0] / size:.2f} |")
     print(f"| prompt tokens per record | {prompt:,.0f} |")
+    print(f"| feedback parsed | {parsed:.1%} of {len(feedback):,} |")
     print(f"| the run (wall) | {wall:.1f} s |")
     for what, (w, c) in (
         ("re-run of the finished run", rerun),
