@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import meta_commentary
+from pipeline.core.extraction import meta_commentary
 from pipeline.core.metrics import MetricSpec
 
 _LABEL = re.compile(r"^\W*(?:(?:the|new|improved|final)\s+)*acronym\s*(?:is)?\s*[:=\-]?\s*", re.I)
@@ -21,8 +21,8 @@ _TOKEN = re.compile(r"[^\W_][\w.&'\-]*")
 _WORD = re.compile(r"[^\W_]+")
 # ``matches_reference`` reads the reference acronym (a label); the other reads the title only.
 METRICS = {
-    "letters_from_title": MetricSpec("check"),
-    "matches_reference": MetricSpec("label"),
+    "letters_from_title": MetricSpec("check", value_type="boolean"),
+    "matches_reference": MetricSpec("label", value_type="boolean"),
 }
 
 

@@ -20,11 +20,11 @@ KIND = CodeWithTests()
 RUNS_PROGRAMS = True
 # The tests are the answer's own, and the examples the request's: no metric reads a label.
 METRICS = {
-    "parses": MetricSpec("check"),
-    TESTS_TOTAL: MetricSpec("check", better=None),
-    TESTS_PASSED: MetricSpec("check"),
-    "examples_total": MetricSpec("check", better=None),
-    "examples_passed": MetricSpec("check"),
+    "parses": MetricSpec("check", value_type="boolean"),
+    TESTS_TOTAL: MetricSpec("check", better=None, value_type="number"),
+    TESTS_PASSED: MetricSpec("check", value_type="number"),
+    "examples_total": MetricSpec("check", better=None, value_type="number"),
+    "examples_passed": MetricSpec("check", value_type="number"),
 }
 
 

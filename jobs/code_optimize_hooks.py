@@ -19,11 +19,11 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import comment_commentary
+from pipeline.core.extraction import comment_commentary
 from pipeline.core.metrics import MetricSpec
 from pipeline.sandbox import (
-    Policy,
     SandboxMode,
+    SandboxPolicy,
     SandboxResult,
     current_mode,
     run_python,
@@ -41,9 +41,9 @@ _SHOWN_CHARS = 60
 RUNS_PROGRAMS = True
 # test_input is read by the checks too (use = "check"), not a label.
 METRICS = {
-    "parses": MetricSpec("check"),
-    "same_output": MetricSpec("check"),
-    "speedup": MetricSpec("check"),
+    "parses": MetricSpec("check", value_type="boolean"),
+    "same_output": MetricSpec("check", value_type="boolean"),
+    "speedup": MetricSpec("check", value_type="number"),
 }
 
 
@@ -55,7 +55,7 @@ def _run(program: str, stdin: str) -> SandboxResult:
 @functools.lru_cache(maxsize=512)
 def _run_in(program: str, stdin: str, mode: SandboxMode) -> SandboxResult:
     return run_python(
-        program, stdin=stdin, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=Policy(mode)
+        program, stdin=stdin, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=SandboxPolicy(mode)
     )
 
 
@@ -105,7 +105,11 @@ def _timing(
     for _ in range(TIMING_RUNS):
         for program, times in ((original, before), (answer, after)):
             result = run_python(
-                program, stdin=stdin, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=Policy(mode)
+                program,
+                stdin=stdin,
+                timeout_s=TIMEOUT_S,
+                memory_mb=MEMORY_MB,
+                policy=SandboxPolicy(mode),
             )
             if not result.ok or result.cpu_s is None:
                 return None

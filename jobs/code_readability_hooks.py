@@ -12,16 +12,16 @@ import tokenize
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import comment_commentary
+from pipeline.core.extraction import comment_commentary
 from pipeline.core.metrics import MetricSpec
 from pipeline.core.pyast import parse_module
 from pipeline.sandbox import syntax_problem
 
 # More functions or comments is not better in itself: only ``parses`` has a direction.
 METRICS = {
-    "parses": MetricSpec("check"),
-    "functions": MetricSpec("check", better=None),
-    "comment_lines": MetricSpec("check", better=None),
+    "parses": MetricSpec("check", value_type="boolean"),
+    "functions": MetricSpec("check", better=None, value_type="number"),
+    "comment_lines": MetricSpec("check", better=None, value_type="number"),
 }
 
 

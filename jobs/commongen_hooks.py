@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import meta_commentary
+from pipeline.core.extraction import meta_commentary
 from pipeline.core.metrics import MetricSpec
 
 _WORD = re.compile(r"[^\W\d_]+")  # runs of letters
@@ -26,10 +26,10 @@ _VOWELS = frozenset("aeiou")
 _SIBILANT_ENDS = ("s", "x", "z", "ch", "sh", "o")
 # Every metric reads the answer and the concepts (shown to the model); none reads a label.
 METRICS = {
-    "coverage": MetricSpec("check"),
-    "sentences": MetricSpec("check", better=None),
-    "one_sentence": MetricSpec("check"),
-    "coverage_any_sentence": MetricSpec("check"),
+    "coverage": MetricSpec("check", value_type="number"),
+    "sentences": MetricSpec("check", better=None, value_type="number"),
+    "one_sentence": MetricSpec("check", value_type="boolean"),
+    "coverage_any_sentence": MetricSpec("check", value_type="number"),
 }
 
 # Irregular verbs and nouns common in everyday scenes; kept small on purpose.

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import meta_commentary
+from pipeline.core.extraction import meta_commentary
 
 _TURN = re.compile(r"^\s*(user|system)\s*:", re.I | re.M)
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from pipeline.core.answers import comment_commentary
+from pipeline.core.extraction import comment_commentary
 from pipeline.core.metrics import MetricSpec
-from pipeline.sandbox import Policy, SandboxMode, SandboxResult, current_mode, run_python
+from pipeline.sandbox import SandboxMode, SandboxPolicy, SandboxResult, current_mode, run_python
 
 CALL = "solution()"
 TIMEOUT_S = 5.0
@@ -33,13 +33,13 @@ _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?::| \(line|$)")  # "ValueError: ..." vs
 # Every answer is a program, run in the sandbox (a run checks its isolation first).
 RUNS_PROGRAMS = True
 # ``correct`` reads the target (a label): it measures, and never chooses.
-METRICS = {"correct": MetricSpec("label")}
+METRICS = {"correct": MetricSpec("label", value_type="boolean")}
 
 
 @functools.lru_cache(maxsize=512)
 def _run_in(program: str, mode: SandboxMode) -> SandboxResult:
     return run_python(
-        program, call=CALL, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=Policy(mode)
+        program, call=CALL, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB, policy=SandboxPolicy(mode)
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.answers import meta_commentary
+from pipeline.core.extraction import meta_commentary
 
 
 def check(fields: Mapping[str, Any], output: str) -> list[str]:

@@ -16,7 +16,7 @@ order as docs/architecture.md and ``LAYERS`` in tests/test_architecture.py)::
                 outputs, progress, endpoints, session
     io          input formats and records in; export and merge out
     client      one OpenAI-compatible call: retries, outages, formats, pacing,
-                endpoints, prices, budget, model ids
+                replicas, prices, budget, model ids
     sandbox     model-written Python in a child the kernel confines (Landlock, seccomp)
     core        the Self-Refine fold, job-agnostic: records, steps, jobs, kinds of
                 answer, strategies, prompts, feedback, choice, the loop

@@ -123,7 +123,7 @@ class CallError(RefineError):
 
     def __init__(
         self,
-        kind: str,
+        category: str,
         message: str,
         *,
         status: int | None = None,
@@ -132,7 +132,7 @@ class CallError(RefineError):
         messages: list[dict[str, str]] | None = None,
         model: str | None = None,
     ) -> None:
-        self.kind = kind
+        self.category = category
         self.status = status
         # The call's trace data: read-only, given whole when the error is built (``traced``).
         self._attempts = attempts
@@ -172,7 +172,7 @@ class CallError(RefineError):
         """This failure again, of the same type, carrying a call's trace data: the error a
         call ends with (raise it ``from`` this one)."""
         return type(self)(
-            self.kind,
+            self.category,
             str(self),
             status=self.status,
             attempts=attempts,
@@ -183,7 +183,7 @@ class CallError(RefineError):
 
     def as_dict(self) -> dict[str, Any]:
         """The ``{type, message, status}`` shape written to traces (status when HTTP gave one)."""
-        d: dict[str, Any] = {"type": self.kind, "message": str(self)}
+        d: dict[str, Any] = {"type": self.category, "message": str(self)}
         if self.status is not None:
             d["status"] = self.status
         return d

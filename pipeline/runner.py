@@ -41,7 +41,7 @@ from .runs.manifest import (
 from .runs.outputs import rejected_lines
 from .runs.restart import made_no_call, start_over
 from .runs.rundir import RunDir
-from .runs.session import EXIT, CallCounts, RunSummary, Session, StopReason, stop_reason_of
+from .runs.session import EXIT, CallCounts, Halt, RunSummary, Session, halt_of
 from .runs.settings import Settings, effective_job, resolve
 from .runs.urls import OPENAI_URL, carry_endpoints, endpoint_use, record_endpoints
 from .sandbox import Isolation, SandboxMode, require_isolation, use_mode
@@ -82,10 +82,10 @@ async def _execute(
                     await driver.run()
             except* RefineError as group:  # once started, how a run ends is its summary's
                 err = group.exceptions[0]
-                session.stop.set(stop_reason_of(err), err)
+                session.halting.set(halt_of(err), err)
             tg.cancel_scope.cancel()
     except (KeyboardInterrupt, anyio.get_cancelled_exc_class()):
-        session.stop.set(StopReason.SIGNAL, KeyboardInterrupt("SIGINT"))
+        session.halting.set(Halt.SIGNAL, KeyboardInterrupt("SIGINT"))
         raise
     finally:
         summary = session.close(counts())

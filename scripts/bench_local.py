@@ -64,7 +64,7 @@ from pipeline.backends.realtime import RealTimeBackend  # noqa: E402
 from pipeline.client.chat import OpenAIClient  # noqa: E402
 from pipeline.client.limits import Limiter  # noqa: E402
 from pipeline.client.models import ModelId  # noqa: E402
-from pipeline.core.answers import extract_code  # noqa: E402
+from pipeline.core.extraction import extract_code  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
 from pipeline.core.steps import Completion, ModelClient, Request, Step  # noqa: E402
 from pipeline.core.trace import steps_of  # noqa: E402
@@ -105,8 +105,8 @@ def defines_code(answer: str) -> bool:
     if syntax_problem(code) is not None:
         return False
     tree = ast.parse(code)
-    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    return any(isinstance(node, kinds) for node in ast.walk(tree))
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return any(isinstance(node, definitions) for node in ast.walk(tree))
 
 
 def repeated(records: Path, times: int, dest: Path) -> Path:

@@ -6,9 +6,9 @@ each round), so a busy shared machine slows both alike; the figure is the ratio 
 medians:
 
 - before: the limits and the audit hook only, what the sandbox was before the kernel
-  layers (``Policy(WEAK, {AUDIT_HOOK})``; the confinement code loads but applies nothing);
+  layers (``SandboxPolicy(WEAK, {AUDIT_HOOK})``; the confinement code loads but applies nothing);
 - after: every layer, strict: leaving root, no_new_privs, Landlock, seccomp, then the
-  audit hook (``Policy(STRICT)``, what a run uses).
+  audit hook (``SandboxPolicy(STRICT)``, what a run uses).
 
 Two programs: a hello program (``print``), and a code-improve test run (``run_tests``:
 an answer's function and five asserts, each run on its own as the job's check does).
@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.sandbox import Layer, Policy, SandboxMode, run_python, run_tests  # noqa: E402
+from pipeline.sandbox import Layer, SandboxMode, SandboxPolicy, run_python, run_tests  # noqa: E402
 
-BEFORE = Policy(SandboxMode.WEAK, frozenset({Layer.AUDIT_HOOK}))
-AFTER = Policy(SandboxMode.STRICT)
+BEFORE = SandboxPolicy(SandboxMode.WEAK, frozenset({Layer.AUDIT_HOOK}))
+AFTER = SandboxPolicy(SandboxMode.STRICT)
 TARGET = 1.25
 
 CODE = '''
@@ -53,17 +53,17 @@ TESTS = (
 )
 
 
-def hello(policy: Policy) -> None:
+def hello(policy: SandboxPolicy) -> None:
     result = run_python("print('hello')", policy=policy)
     assert result.ok and result.stdout == "hello\n", result
 
 
-def tests(policy: Policy) -> None:
+def tests(policy: SandboxPolicy) -> None:
     done = run_tests(CODE, TESTS, policy=policy)
     assert done.error is None and done.passed == len(TESTS), done
 
 
-def measure(program: Callable[[Policy], None], rounds: int) -> tuple[float, float]:
+def measure(program: Callable[[SandboxPolicy], None], rounds: int) -> tuple[float, float]:
     """Median seconds per run (before, after), interleaved."""
     times: dict[str, list[float]] = {"before": [], "after": []}
     program(BEFORE)  # warm the page cache and the bytecode caches for both

@@ -117,7 +117,7 @@ def score(
         if suite is not None and not rid.startswith(suite + "/"):
             continue
         steps = steps_of(trace["steps"])
-        found = answers(job.kind, steps)
+        found = answers(job.answer_kind, steps)
         out.records += 1
         for t in range(iterations + 1):
             latest = [a for a in found if a.iteration <= t]

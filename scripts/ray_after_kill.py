@@ -3,7 +3,7 @@
 
 Starts `refine run code-improve --workers 1` (its own local Ray) against the simulator,
 SIGKILLs it once three calls are checkpointed, then watches every Ray process the run had
-started (server, raylet, workers, agents) and prints, for each kind, how many seconds
+started (server, raylet, workers, agents) and prints, for each component, how many seconds
 after the kill its last process ended. Needs `refine[ray]`.
 
 Usage: scripts/ray_after_kill.py [--limit SECONDS]   (stop watching after this; default 300)
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline.testing.simulator import SimConfig, Simulator  # noqa: E402
+from tests.backends.ray.test_cluster import ray_processes  # noqa: E402
 from tests.helpers import tasks, wait_for_calls, write_jsonl  # noqa: E402
-from tests.test_cluster_ray import ray_processes  # noqa: E402
 
 
 def alive(pid: int) -> bool:
@@ -51,7 +51,7 @@ def main() -> None:
         wait_for_calls(run_dir, 3, proc, limit_s=120)
         if proc.poll() is not None:
             sys.exit("the run ended before it could be killed")
-        kinds = {
+        components = {
             pid: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode().split("/")[-1]
             for pid in ray_processes(under=proc.pid)
         }
@@ -60,16 +60,16 @@ def main() -> None:
         killed = time.monotonic()
         ended: dict[str, float] = {}
         while time.monotonic() - killed < args.limit:
-            running = {kind for pid, kind in kinds.items() if alive(pid)}
-            for kind in set(kinds.values()) - running - ended.keys():
-                ended[kind] = round(time.monotonic() - killed, 1)
+            running = {component for pid, component in components.items() if alive(pid)}
+            for component in set(components.values()) - running - ended.keys():
+                ended[component] = round(time.monotonic() - killed, 1)
             if not running:
                 break
             time.sleep(0.2)
-    for kind in sorted(set(kinds.values())):
-        when = ended.get(kind)
+    for component in sorted(set(components.values())):
+        when = ended.get(component)
         shown = f"{when} s" if when is not None else f"still running after {args.limit:g} s"
-        print(f"{kind}: ended {shown} after the kill")
+        print(f"{component}: ended {shown} after the kill")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ PROMPT = "Count the words in this sentence and say which is longest: " + " ".joi
 def load_cpu_module() -> ModuleType:
     """refine's CPU check (``pipeline/serving/cpu.py``), loaded by path: it needs
     the standard library only, and importing ``pipeline`` would need refine's dependencies."""
-    path = ROOT / "pipeline" / "backends" / "local" / "cpu.py"
+    path = ROOT / "pipeline" / "serving" / "cpu.py"
     spec = importlib.util.spec_from_file_location("refine_cpu_check", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"smoke_server: cannot load {path}")

@@ -33,8 +33,8 @@ def answer_text(body: Mapping[str, Any]) -> str:
     values = {"string": "fine", "integer": 5, "number": 5.0, "boolean": False}
     out: dict[str, Any] = {}
     for name, prop in schema.get("properties", {}).items():
-        kind = prop.get("type")
-        out[name] = [f"rename xs to values ({digest})"] if kind == "array" else values.get(kind)
+        type_ = prop.get("type")
+        out[name] = [f"rename xs to values ({digest})"] if type_ == "array" else values.get(type_)
     return orjson.dumps(out).decode()
 
 
@@ -197,10 +197,10 @@ class FakeBatchAPI:
         if fate == "completed_empty":
             out, err, fate = [], [], "completed"
 
-        def file(lines: list[Body], kind: str) -> str | None:
+        def file(lines: list[Body], purpose: str) -> str | None:
             if not lines:
                 return None
-            return self._new_file(kind, b"".join(orjson.dumps(x) + b"\n" for x in lines))
+            return self._new_file(purpose, b"".join(orjson.dumps(x) + b"\n" for x in lines))
 
         batch.info = BatchInfo(
             batch.id,

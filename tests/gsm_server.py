@@ -55,7 +55,7 @@ def _program(a: int, b: int, c: int, draw: float, p_right: float, p_raise: float
         result = "marbles / 0"
     else:
         result = "marbles + bought + given"
-    return (  # the draft number keeps two drafts of one kind apart (no "no change" stop)
+    return (  # the draft number keeps two drafts of one call kind apart (no "no change" stop)
         f"```python\ndef solution():\n    # draft {int(draw * 10_000)}\n"
         f"    marbles = {a}  # at the start\n"
         f"    bought = {b}  # bought\n"

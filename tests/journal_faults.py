@@ -23,7 +23,7 @@ from pathlib import Path
 from unittest import mock
 
 from pipeline.cli import main as refine
-from pipeline.runs import store
+from pipeline.runs import journal as store
 
 POINTS = ("before_replace", "after_replace")
 

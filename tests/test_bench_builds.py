@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -52,10 +53,11 @@ def test_summary_takes_medians_and_the_ratio_of_the_first_build() -> None:
 
 
 def test_cpu_seconds_of_a_process_grow_with_its_work() -> None:
-    """The CPU time read from /proc counts a process's own work."""
+    """The CPU time read from /proc counts a process's own work, as the interpreter's clock does."""
     bench = load_script("bench_builds")
     before = bench.cpu_seconds(os.getpid())
-    deadline = bench.cpu_seconds(os.getpid()) + 0.05
-    while bench.cpu_seconds(os.getpid()) < deadline:
+    start = time.process_time()
+    while time.process_time() - start < 0.2:
         sum(range(10_000))
-    assert bench.cpu_seconds(os.getpid()) - before >= 0.05
+    # /proc counts in clock ticks (1/100 s): allow a few of them either way
+    assert bench.cpu_seconds(os.getpid()) - before >= 0.15

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import pipeline.backends
+from pipeline import Settings, run
+from pipeline.backends import named
 from pipeline.core.loader import load_job
 from pipeline.testing.simulator import SimConfig, Simulator
-from tests.helpers import read_jsonl, write_jsonl
+from tests.helpers import read_jsonl, tasks, write_jsonl
 from tests.helpers import sent as sent_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +30,7 @@ def files_of(doc: Path, into: Path) -> dict[str, Path]:
     out = {}
     for name, text in FILE_BLOCK.findall(doc.read_text()):
         out[name] = into / name
+        out[name].parent.mkdir(parents=True, exist_ok=True)
         out[name].write_text(text)
     return out
 
@@ -85,6 +93,43 @@ def test_the_api_example_runs_as_written(tmp_path: Path) -> None:
     assert [o["status"] for o in read_jsonl(tmp_path / "runs" / "tasks" / "outputs.jsonl")] == [
         "done"
     ]
+
+
+def test_the_add_a_backend_example_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/architecture.md's serial backend, loaded as ``pipeline.backends.serial``, is
+    found by name and runs a job against the simulator one record at a time: each record's
+    calls are made together, in input order, none between another record's."""
+    init = files_of(ROOT / "docs" / "architecture.md", tmp_path)["serial/__init__.py"]
+    name = "pipeline.backends.serial"
+    spec = importlib.util.spec_from_file_location(
+        name, init, submodule_search_locations=[str(init.parent)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    assert named("serial").name == "serial"
+    # the doc's step 3, the one line mapping settings to a name
+    monkeypatch.setattr(pipeline.backends, "name_of", lambda settings: "serial")
+    records = tasks(4)
+    inp = write_jsonl(tmp_path / "in.jsonl", records)
+    with Simulator(SimConfig(p_done=0.0)) as sim:
+        settings = Settings(base_url=sim.url, max_iters=1, concurrency=8)
+        summary = run(
+            "code-improve", inp, tmp_path / "run", settings, api_key="k", show_progress=False
+        )
+        bodies = sim.completed_bodies()
+    assert summary.exit_code == 0, summary.message
+    outputs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
+    assert sorted(o["id"] for o in outputs) == [r["id"] for r in records]
+    assert {o["status"] for o in outputs} == {"done"}
+    # each call's record, in the order the server answered them (a finished run's journal
+    # is empty: its calls are in traces.jsonl)
+    called = [next(r["id"] for r in records if r["task"] in str(b["messages"])) for b in bodies]
+    assert len(called) == 4 * 4  # per record: generate, feedback, refine, feedback
+    assert [rid for rid, _ in itertools.groupby(called)] == [r["id"] for r in records]
 
 
 def test_no_page_of_the_docs_is_too_long_to_read() -> None:

@@ -295,7 +295,7 @@ async def test_timeout_bounds_the_whole_attempt(trickler: str) -> None:
         await client.complete(Request(one("q"), temperature=0, max_tokens=20))
     elapsed = time.monotonic() - started
     await client.aclose()
-    assert info.value.kind == "timeout"
+    assert info.value.category == "timeout"
     assert 0.6 <= elapsed < 1.2
 
 

@@ -15,9 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jobs.code.program import normalized, split, split_tests
-from pipeline.core.answers import comment_commentary
+from pipeline.core.extraction import comment_commentary
 from pipeline.core.pyast import parsed, parsed_expression
-from pipeline.sandbox import Policy, SandboxMode, TestsRun, current_mode, run_tests, syntax_problem
+from pipeline.sandbox import (
+    SandboxMode,
+    SandboxPolicy,
+    TestsRun,
+    current_mode,
+    run_tests,
+    syntax_problem,
+)
 
 __all__ = [
     "SHOWN_FAILURES",
@@ -72,7 +79,7 @@ def _expectation(call: str, expected: str) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _run_in(code: str, tests: tuple[str, ...], mode: SandboxMode) -> TestsRun:
-    return run_tests(code, tests, policy=Policy(mode))
+    return run_tests(code, tests, policy=SandboxPolicy(mode))
 
 
 def _run(code: str, tests: tuple[str, ...]) -> TestsRun:

@@ -16,7 +16,7 @@ import sys
 import textwrap
 from collections.abc import Iterable
 
-from pipeline.core.answers import code_blocks
+from pipeline.core.extraction import code_blocks
 from pipeline.core.pyast import parsed
 
 __all__ = [

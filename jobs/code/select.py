@@ -125,11 +125,11 @@ class Pooled:
     name: str = NAME
 
     def measure(self, fields: Mapping[str, Any], outputs: Sequence[str]) -> dict[str, Any]:
-        """See ``pipeline.core.kinds.Selection``."""
+        """See ``pipeline.core.answer_kinds.Selection``."""
         return measure_pool(outputs)
 
     def choose(self, drafts: Sequence[Step], scores: Sequence[float | None]) -> int:
-        """See ``pipeline.core.kinds.Selection``."""
+        """See ``pipeline.core.answer_kinds.Selection``."""
         pool = (drafts[-1].metrics or {}).get(self.name) if drafts else None
         n = len(drafts)
         passed = pool.get("passed") if isinstance(pool, dict) else None

@@ -12,7 +12,7 @@ backend it has::
 
 and ``driver.counts()`` reports its clients' calls, retries and rate-limit refusals for
 progress and the summary at any moment. An error that stops the run is raised from
-``preflight`` or ``run`` as a ``RefineError``, or set on ``session.stop``.
+``preflight`` or ``run`` as a ``RefineError``, or set on ``session.halting``.
 """
 
 from __future__ import annotations

@@ -66,10 +66,16 @@ def _print_summary(summary: RunSummary) -> None:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import anyio
 
-    from ..commands.calibrate import acalibrate, render
+    from ..commands.arms import parse_arms
+    from ..commands.calibrate import acalibrate
+    from ..commands.calibration import render
 
-    if args.max_iters == AUTO:
-        raise ConfigError("refine calibrate measures the rounds: give --max-iters a number")
+    if args.max_iters == AUTO or args.plan is not None:
+        raise ConfigError(
+            "refine calibrate measures the rounds and the arms: give --max-iters a number "
+            "(and no --plan)"
+        )
+    arms = parse_arms(args.arms)
     settings = settings_from_args(args)
     done = anyio.run(
         lambda: acalibrate(
@@ -79,12 +85,17 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             settings,
             sample=args.sample,
             metric=args.metric,
+            arms=arms,
+            announce=lambda text: Console.print(text, file=sys.stderr if args.json else None),
             show_progress=not args.quiet,
             install_signal_handlers=True,
         )
     )
     if done.calibration is None:
-        _print_summary(done.summary)
+        if done.summary is not None:
+            _print_summary(done.summary)
+        elif done.message:
+            Console.print(done.message, file=sys.stderr)
     elif args.json:
         Console.print(orjson.dumps(done.calibration.data, option=orjson.OPT_INDENT_2).decode())
     else:

@@ -167,10 +167,17 @@ def _add_loop_options(p: argparse.ArgumentParser) -> None:
         "`refine calibrate` recommended, read from --calibration DIR)",
     )
     p.add_argument(
+        "--plan",
+        metavar="ARM",
+        help="run as an arm `refine calibrate` measured, read from --calibration DIR: auto "
+        "(the arm it recommended), refine, best-of-n or first; it sets --max-iters and the "
+        "strategies (give neither)",
+    )
+    p.add_argument(
         "--calibration",
         type=Path,
         metavar="DIR",
-        help="with --max-iters auto: the directory `refine calibrate --out DIR` wrote",
+        help="with --max-iters auto or --plan: the directory `refine calibrate --out DIR` wrote",
     )
     p.add_argument(
         "--min-iters",
@@ -208,7 +215,7 @@ def _add_loop_options(p: argparse.ArgumentParser) -> None:
         "--select",
         metavar="RULE",
         help="how the output is chosen: default (the best passing iteration by the "
-        "critic's score, else the latest), or a rule the job's kind offers "
+        "critic's score, else the latest), or a rule the job's answer kind offers "
         "(code-improve: pooled, the draft passing most of the tests all drafts wrote)",
     )
 

@@ -253,8 +253,9 @@ def _add_calibrate(sub: Any) -> None:
     """`refine calibrate`."""
     p = sub.add_parser(
         "calibrate",
-        help="does refinement pay? run a labelled sample: accuracy, flips, correction and "
-        "introduction rates by round, and the refinements to make (for --max-iters auto)",
+        help="refine, sample, or stop? run a labelled sample as Self-Refine, best-of-n at "
+        "the same calls and the first answer: accuracy with intervals, cost, paired tests, "
+        "the arm to run (--plan auto), and the rounds that pay (--max-iters auto)",
     )
     add_run_options(p)
     p.add_argument(
@@ -279,10 +280,27 @@ def _add_calibrate(sub: Any) -> None:
         help="the right-or-wrong metric to judge by (default: the first the job reads "
         "from a label, such as gsm's correct)",
     )
-    p.add_argument("--budget", type=positive_float, metavar="USD", help="as for `refine run`")
+    p.add_argument(
+        "--arms",
+        default="refine,best-of-n,first",
+        metavar="LIST",
+        help="the arms to compare (default %(default)s): refine (Self-Refine with these "
+        "options), best-of-n (--max-iters 0 --strategy samples=N at refine's calls per "
+        "record; needs refine), first (the first answer)",
+    )
+    p.add_argument(
+        "--budget",
+        type=positive_float,
+        metavar="USD",
+        help="dollars every arm together may spend (across resumes); at the cap it exits 6",
+    )
     p.add_argument("--retry-failed", action="store_true", help="as for `refine run`")
     p.add_argument("--quiet", action="store_true", help="no progress display")
-    p.add_argument("--json", action="store_true", help="print calibration.json")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print calibration.json (the cost estimate goes to stderr)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -312,8 +330,18 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """The Settings a `refine run` (or `refine estimate`) command line asks for."""
     max_iters = args.max_iters
-    if max_iters == AUTO or args.calibration is not None:
-        max_iters = _recommended(args)
+    loop = {
+        "strategy": tuple(args.strategy),
+        "min_iters": args.min_iters,
+        "checks": args.checks,
+        "repair": args.repair,
+        "select": args.select,
+    }
+    chosen: dict[str, Any] = {}
+    if getattr(args, "plan", None) is not None:
+        max_iters, loop, chosen = _planned(args, loop)
+    elif max_iters == AUTO or args.calibration is not None:
+        max_iters, chosen["calibration"] = _recommended(args)
     urls = args.base_url or []
     base_url: str | tuple[str, ...] | None = (
         None if not urls else urls[0] if len(urls) == 1 else tuple(urls)
@@ -324,11 +352,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         feedback_model=args.feedback_model,
         feedback_base_url=args.feedback_base_url,
         max_iters=max_iters,
-        min_iters=args.min_iters,
-        checks=args.checks,
-        strategy=tuple(args.strategy),
-        repair=args.repair,
-        select=args.select,
+        **loop,
+        **chosen,
         concurrency=getattr(args, "concurrency", _DEFAULTS.concurrency),
         rpm=getattr(args, "rpm", None),
         tpm=getattr(args, "tpm", None),
@@ -354,16 +379,47 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     )
 
 
-def _recommended(args: argparse.Namespace) -> int:
-    """--max-iters auto: the recommendation in --calibration DIR, for this job and model."""
-    from ..commands.calibrate import recommended_iters
+def _recommended(args: argparse.Namespace) -> tuple[int, str]:
+    """--max-iters auto: the recommendation in --calibration DIR, for this job and model, and
+    the file it was read from."""
+    from ..commands.calibration import CALIBRATION, recommended_iters
 
     if args.max_iters != AUTO:
-        raise ConfigError("--calibration goes with --max-iters auto")
+        raise ConfigError("--calibration goes with --max-iters auto or --plan")
     if args.calibration is None:
         raise ConfigError(
             "--max-iters auto needs --calibration DIR: the directory `refine calibrate "
             "JOB SAMPLE --out DIR` wrote"
         )
     local = args.local or args.local_model is not None
-    return recommended_iters(args.calibration, args.job, None if local else args.model)
+    iters = recommended_iters(args.calibration, args.job, None if local else args.model)
+    return iters, str(Path(args.calibration).resolve() / CALIBRATION)
+
+
+def _planned(
+    args: argparse.Namespace, loop: dict[str, Any]
+) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """--plan ARM: the refinements, strategies and loop options of the arm calibrated, and
+    what the manifest records of the choice."""
+    from ..commands.calibration import CALIBRATION, recommended_plan
+
+    if args.calibration is None:
+        raise ConfigError(
+            f"--plan {args.plan} needs --calibration DIR: the directory `refine calibrate "
+            "JOB SAMPLE --out DIR` wrote"
+        )
+    if args.max_iters is not None or args.strategy:
+        raise ConfigError(
+            "--plan sets --max-iters and the strategies to the calibrated arm's: give neither"
+        )
+    local = args.local or args.local_model is not None
+    plan = recommended_plan(args.calibration, args.job, None if local else args.model, args.plan)
+    for name, value in plan.loop.items():
+        given = loop[name]
+        if name != "strategy" and given != getattr(_DEFAULTS, name) and given != value:
+            raise ConfigError(
+                f"--plan {args.plan}: the arm {plan.arm} was calibrated with {name}={value!r}, "
+                f"not {given!r}: drop the option, or calibrate with it"
+            )
+    where = str(Path(args.calibration).resolve() / CALIBRATION)
+    return plan.max_iters, plan.loop, {"plan": plan.arm, "calibration": where}

@@ -4,12 +4,12 @@
 
     chat        OpenAIClient: one chat call around the openai SDK (its retries off)
     attempts    a call's attempts: the one retry sequence (real time and Batch API lines)
-    answers     reading a chat completion (text, usage, tier) and an error's message
+    replies     reading a chat completion (text, usage, tier) and an error's message
     retry       the retry policy (pure functions)
     delays      every wait between attempts and probes: one frozen value, given to the client
     outage      the per-endpoint breaker: an endpoint down for everyone is probed
     formats     the structured-output ladder (json_schema, json_object, text)
-    endpoints   several replicas of one model; requests go to the least loaded
+    replicas    several replicas of one model; requests go to the least loaded
     limits      request and token pacing (our own GCRA pacer; see the module)
     prices      dollars per million tokens by model, cached and batch rates
     budget      the spending cap: reserve the worst case, then settle

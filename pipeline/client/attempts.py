@@ -9,7 +9,7 @@ driver every failed line of a batch, to the call's ``Attempts``, which says what
 - ``Retry``: ask again after ``delay`` seconds; ``counted`` when the attempt used up one of
   the call's retries (a fault of an endpoint in an outage uses up none);
 - ``FailRecord``: the call failed for good, and with it its record;
-- ``StopRun``: the failure would meet every record (the key refused, an unknown model, an
+- ``HaltRun``: the failure would meet every record (the key refused, an unknown model, an
   outage past --max-outage): the run stops, its records resumable.
 
 The last two carry the error the call ends with, built whole with the call's trace data
@@ -35,7 +35,7 @@ from .formats import FormatLadder
 from .outage import unavailable_error
 from .retry import OutageState, decide
 
-__all__ = ["Attempts", "FailRecord", "Retry", "StepDown", "StopRun", "Verdict"]
+__all__ = ["Attempts", "FailRecord", "HaltRun", "Retry", "StepDown", "Verdict"]
 
 _E = TypeVar("_E", bound=CallError)
 
@@ -64,14 +64,14 @@ class FailRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class StopRun:
+class HaltRun:
     """The run must stop: ``error`` (with its trace data), raised from ``cause``."""
 
     error: FatalCallError
     cause: CallError
 
 
-Verdict = StepDown | Retry | FailRecord | StopRun
+Verdict = StepDown | Retry | FailRecord | HaltRun
 
 
 def _closed(failure: CallError) -> OutageState:
@@ -112,7 +112,7 @@ class Attempts:
 
     def failed(self, failure: CallError, latency_s: float) -> None:
         """Note a failed attempt: it shows in the call's trace, whatever follows."""
-        self.tries.append(Try(failure.status or failure.kind, latency_s))
+        self.tries.append(Try(failure.status or failure.category, latency_s))
 
     def succeeded(self, latency_s: float) -> tuple[Try, ...]:
         """Note the attempt that succeeded; the tries its trace shows (none: the first did)."""
@@ -161,8 +161,8 @@ class Attempts:
         if decision.action == "fail":
             return FailRecord(self.final(failure, sent), failure)
         if isinstance(failure, FatalCallError):
-            return StopRun(self.final(failure, sent), failure)
-        return StopRun(self.final(unavailable_error(state.duration_s, failure), sent), failure)
+            return HaltRun(self.final(failure, sent), failure)
+        return HaltRun(self.final(unavailable_error(state.duration_s, failure), sent), failure)
 
     def final(self, error: _E, sent: list[dict[str, str]]) -> _E:
         """``error`` built whole with the call's trace data (raise it from the attempt's

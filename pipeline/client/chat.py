@@ -9,11 +9,11 @@ never answered. Every attempt is paced by the run's limiter, reserved against it
 first, and cut off at ``timeout`` seconds, the whole answer included. While an endpoint
 is in an outage its calls wait for one-at-a-time probes (``_probe``). The pieces it
 composes each live in a module of their own: ``attempts`` (the retry sequence), ``retry``
-(its policy), ``delays`` (every wait), ``outage`` (the breaker per endpoint), ``formats``
-(how feedback JSON is asked for), ``endpoints`` (several replicas), ``limits`` (pacing),
+(its policy), ``delays`` (every wait), ``outage`` (the breaker per replica), ``formats``
+(how feedback JSON is asked for), ``replicas`` (several URLs of one model), ``limits`` (pacing),
 ``budget`` (the spending cap), ``caching`` (the prompt cache key), ``flex`` (service
-tiers; flex refusals waited out as capacity), ``answers`` (reading what the endpoint
-answered).
+tiers; flex refusals waited out as capacity), ``replies`` (reading what the endpoint
+replied).
 """
 
 from __future__ import annotations
@@ -32,13 +32,11 @@ import orjson
 
 from ..core.steps import Completion, Request, Try
 from ..errors import AuthError, CallError, FatalCallError, UnavailableError
-from .answers import error_message, http_client, read_answer, redact
-from .attempts import Attempts, FailRecord, Retry, StopRun
+from .attempts import Attempts, FailRecord, HaltRun, Retry
 from .budget import Reservation, Spending
 from .caching import CACHE_KEY_PARAM, cache_key_refused, cache_options
 from .context import overflow
 from .delays import DELAYS, Delays
-from .endpoints import Endpoint, Endpoints
 from .flex import FLEX, Capacity, flex_refused, tier_options
 from .formats import FormatLadder
 from .limits import RateLimiter, estimate_tokens
@@ -52,6 +50,8 @@ from .outage import (
 )
 from .prices import at_batch_rate
 from .reach import PREFLIGHT_S, base_url, os_error, preflight, unreachable, unreachable_error
+from .replicas import Replica, Replicas
+from .replies import error_message, http_client, read_reply, redact
 from .retry import (
     OutageState,
     classify_status,
@@ -61,7 +61,7 @@ from .retry import (
     retry_after,
 )
 
-__all__ = ["OpenAIClient", "error_message", "read_answer", "redact"]
+__all__ = ["OpenAIClient"]
 
 
 class _Failed(Exception):
@@ -134,9 +134,9 @@ class OpenAIClient:
         connections = max(concurrency, 16) + 16
         limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
         threshold = min(OUTAGE_AFTER, max_retries + 1)
-        self.endpoints: Endpoints[openai.AsyncOpenAI] = Endpoints(
+        self.replicas: Replicas[openai.AsyncOpenAI] = Replicas(
             [
-                Endpoint(
+                Replica(
                     url,
                     openai.AsyncOpenAI(
                         api_key=api_key or "no-key",
@@ -164,18 +164,18 @@ class OpenAIClient:
 
     @property
     def outage(self) -> Outage:
-        """The breaker of the first endpoint (the only one, in most runs)."""
-        return self.endpoints.all[0].outage
+        """The breaker of the first replica (the only one, in most runs)."""
+        return self.replicas.all[0].outage
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
-        for endpoint in self.endpoints.all:
-            await endpoint.conn.close()
+        for replica in self.replicas.all:
+            await replica.conn.close()
 
     async def preflight(self) -> None:
         """Raise UnreachableError for an endpoint that cannot be reached (``reach.preflight``)."""
         wait = min(self.timeout or PREFLIGHT_S, PREFLIGHT_S)
-        await preflight((e.conn for e in self.endpoints.all), wait)
+        await preflight((e.conn for e in self.replicas.all), wait)
 
     async def complete(self, request: Request) -> Completion:
         """One chat completion, retried as the policy allows.
@@ -213,39 +213,39 @@ class OpenAIClient:
         refused = 0  # flex refusals waited out (they use up no retry)
         started = self._clock()
         while True:
-            endpoint = self.endpoints.pick()
-            if endpoint.outage.open and not await self._probe(endpoint):
-                continue  # still down: wait for the next probe (or another endpoint)
+            replica = self.replicas.pick()
+            if replica.outage.open and not await self._probe(replica):
+                continue  # still down: wait for the next probe (or another replica)
             level = attempts.level(self.formats)
             sent, extra = self.formats.request(request.messages, schema, level)
-            body = {**sampling, **cache_options(cache_key, endpoint.takes_cache_key), **extra}
-            endpoint.in_flight += 1
+            body = {**sampling, **cache_options(cache_key, replica.takes_cache_key), **extra}
+            replica.in_flight += 1
             sent_at = self._clock()
             try:
-                answer = await self._attempt(endpoint, sent, body, request.max_tokens)
+                reply = await self._attempt(replica, sent, body, request.max_tokens)
             except _Failed as failed:
                 error = failed
             else:
-                endpoint.outage.close(sent_at)
+                replica.outage.close(sent_at)
                 self.capacity.succeeded()
                 self.formats.succeeded(level)
                 tries = attempts.succeeded(round(self._clock() - sent_at, 4))
-                return self._completion(answer, sent, started, len(attempts.tries), tries)
+                return self._completion(reply, sent, started, len(attempts.tries), tries)
             finally:
-                endpoint.in_flight -= 1
+                replica.in_flight -= 1
             failure = error.failure
             attempts.failed(failure, round(self._clock() - sent_at, 4))
             # The endpoint's own refusals first: they are about it, not about the call.
             sent_key = CACHE_KEY_PARAM in body  # (a refusal once the key is dropped fails)
             if sent_key and cache_key_refused(failure.status, str(failure), error.param):
-                endpoint.takes_cache_key = False  # unknown to this server: go again without
+                replica.takes_cache_key = False  # unknown to this server: go again without
                 continue
             if self.service_tier == FLEX and flex_refused(failure.status, error.code):
                 refused += 1
                 await self._wait_capacity(failure, refused, attempts, sent)
                 continue
             if error.unreachable is not None and self.succeeded == 0:  # a wrong URL: stop
-                stop = unreachable_error(base_url(endpoint.conn), error.unreachable)
+                stop = unreachable_error(base_url(replica.conn), error.unreachable)
                 raise attempts.final(stop, sent) from failure
             verdict = attempts.after(
                 failure,
@@ -255,10 +255,10 @@ class OpenAIClient:
                 code=error.code,
                 param=error.param,
                 wait=error.wait,
-                outage=partial(self._breaker, endpoint, sent_at, error.wait),
+                outage=partial(self._breaker, replica, sent_at, error.wait),
                 jitter=self._rng.random,
             )
-            if isinstance(verdict, FailRecord | StopRun):
+            if isinstance(verdict, FailRecord | HaltRun):
                 raise verdict.error from verdict.cause
             if isinstance(verdict, Retry):
                 self.retries += 1
@@ -279,30 +279,30 @@ class OpenAIClient:
 
     def _breaker(
         self,
-        endpoint: Endpoint[openai.AsyncOpenAI],
+        replica: Replica[openai.AsyncOpenAI],
         sent_at: float,
         wait: float | None,
         failure: CallError,
     ) -> OutageState:
-        """Count an endpoint fault on the endpoint's breaker; the state the policy sees."""
-        outage = endpoint.outage
+        """Count an endpoint fault on the replica's breaker; the state the policy sees."""
+        outage = replica.outage
         if endpoint_fault(failure):
             outage.failed(sent_at, self.delays.probe_after(outage.probes, self._rng.random(), wait))
         state = outage.state(self.succeeded > 0)
-        if state.exceeded and self.endpoints.healthy():  # the others carry the run
+        if state.exceeded and self.replicas.healthy():  # the others carry the run
             return OutageState(open=True)
         return state
 
-    async def _probe(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> bool:
-        """Wait for this call's turn to probe an endpoint in an outage, then probe it.
+    async def _probe(self, replica: Replica[openai.AsyncOpenAI]) -> bool:
+        """Wait for this call's turn to probe a replica in an outage, then probe it.
 
         One probe at a time (the breaker's lock, taken in turn), each no sooner than the
-        breaker's ``next_probe``. True when the endpoint works again (a probe, ours or an
+        breaker's ``next_probe``. True when the replica works again (a probe, ours or an
         earlier one, succeeded): the call goes on. False when our probe failed: the call
         comes round again. Raises UnavailableError once the outage outlasts --max-outage
-        with no other endpoint healthy.
+        with no other replica healthy.
         """
-        outage = endpoint.outage
+        outage = replica.outage
         async with outage.lock:
             # A fault answered meanwhile (a Retry-After) may push the probe on: wait it too.
             while outage.open and outage.wait_s() > 0:
@@ -310,67 +310,67 @@ class OpenAIClient:
             if not outage.open:
                 return True
             sent_at = self._clock()
-            failed = await self._ping(endpoint)
+            failed = await self._ping(replica)
             if failed is None and outage.close(sent_at):
                 return True
             wait = failed.wait if failed else None
             delay = self.delays.probe_after(outage.probes, self._rng.random(), wait)
             outage.probe_failed(sent_at, delay)
-            if outage.exceeded(self.succeeded > 0) and not self.endpoints.healthy():
+            if outage.exceeded(self.succeeded > 0) and not self.replicas.healthy():
                 last = failed.failure if failed else CallError("unavailable", "probe overtaken")
                 raise outage.unavailable(last) from last
             return False
 
-    async def _ping(self, endpoint: Endpoint[openai.AsyncOpenAI]) -> _Failed | None:
+    async def _ping(self, replica: Replica[openai.AsyncOpenAI]) -> _Failed | None:
         """Send the probe: None when the endpoint answered anything but an endpoint fault."""
         sent = [dict(m) for m in PROBE_MESSAGES]
         body = {"temperature": 0, "max_tokens": PROBE_MAX_TOKENS}
-        endpoint.in_flight += 1
+        replica.in_flight += 1
         self.probes += 1
         try:
-            await self._attempt(endpoint, sent, body, PROBE_MAX_TOKENS)
+            await self._attempt(replica, sent, body, PROBE_MAX_TOKENS)
         except _Failed as failed:
             if isinstance(failed.failure, FatalCallError):
                 raise failed.failure from failed
             # Any answer but an endpoint fault proves the server works: a refusal of the
             # probe (a 400), an empty answer, even a 200 whose body is no chat completion.
-            if endpoint_fault(failed.failure) and failed.failure.kind != "bad_response":
+            if endpoint_fault(failed.failure) and failed.failure.category != "bad_response":
                 return failed
         finally:
-            endpoint.in_flight -= 1
+            replica.in_flight -= 1
         return None
 
     def _completion(
         self,
-        answer: dict[str, Any],
+        reply: dict[str, Any],
         sent: list[dict[str, str]],
         started: float,
         attempts: int,
         tries: tuple[Try, ...],
     ) -> Completion:
-        usage = answer["usage"]
+        usage = reply["usage"]
         return Completion(
-            text=answer["text"],
+            text=reply["text"],
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             cached_tokens=usage["cached_tokens"],
             latency_s=round(self._clock() - started, 4),
             attempts=attempts,
-            finish_reason=answer["finish_reason"],
+            finish_reason=reply["finish_reason"],
             messages=sent,
             model=self._model,
             tries=tries,
-            service_tier=answer["service_tier"],
+            service_tier=reply["service_tier"],
         )
 
     async def _attempt(
         self,
-        endpoint: Endpoint[openai.AsyncOpenAI],
+        replica: Replica[openai.AsyncOpenAI],
         sent: list[dict[str, str]],
         body: dict[str, Any],
         max_tokens: int,
     ) -> dict[str, Any]:
-        """One HTTP request: the parsed answer, or _Failed."""
+        """One HTTP request: the parsed reply, or _Failed."""
         estimate = estimate_tokens(sent)
         reservation: Reservation | None = None
         if self.budget is not None:
@@ -380,23 +380,23 @@ class OpenAIClient:
         try:
             booking = await self.limiter.acquire(estimate, max_tokens)
             self.calls += 1
-            raw = await self._post(endpoint, sent, body)
+            raw = await self._post(replica, sent, body)
             self.limiter.observe(raw.headers)
-            answer = _parse(raw.content)
-            usage = answer["usage"]
+            reply = _parse(raw.content)
+            usage = reply["usage"]
             if reservation is not None:  # settled at the rate of the tier that served it
-                batch = at_batch_rate(None, answer["service_tier"])
+                batch = at_batch_rate(None, reply["service_tier"])
                 reservation = replace(reservation, batch=batch)
             self.limiter.settle(booking, usage["prompt_tokens"])
             self.succeeded += 1
-            return answer
+            return reply
         finally:
             if self.budget is not None:
                 self.budget.settle(reservation, usage)
 
     async def _post(
         self,
-        endpoint: Endpoint[openai.AsyncOpenAI],
+        replica: Replica[openai.AsyncOpenAI],
         sent: list[dict[str, str]],
         body: dict[str, Any],
     ) -> httpx2.Response:
@@ -410,7 +410,7 @@ class OpenAIClient:
                 # library, which costs more CPU per call than the rest of the pipeline.
                 # Auth, base URL and the mapping of error statuses to exceptions stay
                 # the SDK's.
-                raw = await endpoint.conn.post(
+                raw = await replica.conn.post(
                     "/chat/completions",
                     cast_to=httpx2.Response,
                     content=orjson.dumps({"model": self._request_model, "messages": sent, **body}),
@@ -423,7 +423,7 @@ class OpenAIClient:
         except openai.APIConnectionError as err:  # timeouts too: a refused connect may be one
             why = unreachable(err)
             if why is not None:
-                failure = CallError("connection", f"cannot reach {base_url(endpoint.conn)}: {why}")
+                failure = CallError("connection", f"cannot reach {base_url(replica.conn)}: {why}")
                 raise _Failed(failure, unreachable=why) from err
             broke = os_error(err)
             if broke is None and isinstance(err, openai.APITimeoutError):
@@ -458,8 +458,8 @@ class OpenAIClient:
                 status=status,
             )
             return _Failed(failure)
-        kind = classify_status(status)
-        if kind == "auth":
+        meaning = classify_status(status)
+        if meaning == "auth":
             return _Failed(AuthError("auth", text, status=status))
         if status == 404 and ("model" in message.lower() or self.succeeded == 0):
             failure = FatalCallError(
@@ -470,13 +470,13 @@ class OpenAIClient:
 
 
 def _parse(body: bytes) -> dict[str, Any]:
-    """The answer's text, finish reason and usage; _Failed when the body is not an answer."""
+    """The reply's text, finish reason and usage; _Failed when the body is no chat completion."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as err:
         failure = CallError("bad_response", f"malformed response body ({len(body)} bytes)")
         raise _Failed(failure) from err
     try:
-        return read_answer(data)
+        return read_reply(data)
     except CallError as failure:
         raise _Failed(failure) from failure

@@ -245,12 +245,12 @@ class Limiter:
                 if pace is not None:
                     pace.hold(now + min(retry_after, 1.0))
 
-    def _respect_empty(self, headers: Mapping[str, str], kind: str) -> None:
+    def _respect_empty(self, headers: Mapping[str, str], bucket: str) -> None:
         """The server says this budget is spent: send nothing of it until it refills a little."""
-        if headers.get(f"x-ratelimit-remaining-{kind}", "").strip() != "0":
+        if headers.get(f"x-ratelimit-remaining-{bucket}", "").strip() != "0":
             return
-        pace = self._requests if kind == "requests" else self._tokens
-        reset = parse_duration(headers.get(f"x-ratelimit-reset-{kind}", ""))
+        pace = self._requests if bucket == "requests" else self._tokens
+        reset = parse_duration(headers.get(f"x-ratelimit-reset-{bucket}", ""))
         if pace is not None and reset is not None:
             # Capped: a minute-window server's reset can be long, and other answers in
             # flight may already have been admitted; a 429 still slows us properly.
@@ -258,9 +258,9 @@ class Limiter:
 
     def observe(self, headers: Mapping[str, str]) -> None:
         """Adopt the limits the server announces when tighter than ours; respect an empty budget."""
-        for kind in ("requests", "tokens"):
-            self._respect_empty(headers, kind)
-            raw = headers.get(f"x-ratelimit-limit-{kind}")
+        for bucket in ("requests", "tokens"):
+            self._respect_empty(headers, bucket)
+            raw = headers.get(f"x-ratelimit-limit-{bucket}")
             if not raw:
                 continue
             try:
@@ -269,12 +269,12 @@ class Limiter:
                 continue
             if limit <= 0:
                 continue
-            if kind == "requests" and (self._rpm is None or limit < self._rpm):
+            if bucket == "requests" and (self._rpm is None or limit < self._rpm):
                 self._rpm = limit
                 if self._requests is None:
                     self._requests = Pace(limit / 60.0 * self._factor)
                 self._retune()
-            elif kind == "tokens" and (self._tpm is None or limit < self._tpm):
+            elif bucket == "tokens" and (self._tpm is None or limit < self._tpm):
                 self._tpm = limit
                 if self._tokens is None:
                     self._tokens = Pace(limit / 60.0 * self._factor)

@@ -42,9 +42,9 @@ __all__ = [
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 # Failures that are not the request's fault and may go away on their own.
-_RETRYABLE_KINDS = frozenset({"timeout", "connection", "bad_response", "empty"})
+_RETRYABLE_CATEGORIES = frozenset({"timeout", "connection", "bad_response", "empty"})
 # ... and those of them that say the endpoint (not this request) is in trouble.
-_ENDPOINT_KINDS = frozenset({"timeout", "connection", "bad_response"})
+_ENDPOINT_CATEGORIES = frozenset({"timeout", "connection", "bad_response"})
 _ENDPOINT_STATUS = frozenset({408, 429})
 # A 429 that no wait clears: OpenAI's ``insufficient_quota`` and its billing limits.
 _QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
@@ -91,7 +91,7 @@ def endpoint_fault(failure: CallError) -> bool:
     status = failure.status
     if status is not None:
         return status >= 500 or status in _ENDPOINT_STATUS
-    return failure.kind in _ENDPOINT_KINDS
+    return failure.category in _ENDPOINT_CATEGORIES
 
 
 def quota_spent(status: int, code: str | None, message: str, wait: float | None = None) -> bool:
@@ -125,7 +125,7 @@ def retryable(failure: CallError) -> bool:
         return False
     if failure.status is not None:
         return classify_status(failure.status) == "retry"
-    return failure.kind in _RETRYABLE_KINDS
+    return failure.category in _RETRYABLE_CATEGORIES
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@
     estimate    calls, tokens, the cached share and dollars of a run, before it spends
     fit         the records whose prompt cannot fit the model's context window
     jobs        refine jobs: the built-in jobs listed, or one job checked and described
-    calibrate   does refinement pay? a labelled sample's flips, rates, a recommendation
+    calibrate   refine, sample, or stop? a labelled sample run as each arm, compared
+    arms        the arms at equal budget: sizing best-of-n, reading their run directories
+    calibration calibration.json: the rounds, the arms, the plan a later run reads
     export      outputs (and input columns) as Parquet, CSV or JSONL
     columns     output fields as typed columns, for export
     merge       the run directories of --shard runs joined as one

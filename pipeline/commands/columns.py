@@ -1,10 +1,10 @@
-"""Column kinds of an exported table: what JSON values a column holds, as one stable type.
+"""Column types of an exported table: what JSON values a column holds, as one stable type.
 
 Rows are JSON objects whose keys and value types may vary; a Parquet file needs one
 type per column, and the same run should always give the same one. Every value has a
-kind; a column's kind is the merge of its values' kinds, starting from the fixed kind
+type; a column's type is the merge of its values' types, starting from the fixed type
 of the outputs.jsonl fields DESIGN.md names, so a run whose scores are all null still
-gets a number column. What does not merge into one kind is JSON text.
+gets a number column. What does not merge into one type is JSON text.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSON", "NULL", "OUTPUT_KINDS", "Columns", "kind_of", "merge", "to_cell", "to_column"]
+__all__ = ["JSON", "NULL", "OUTPUT_TYPES", "Columns", "merge", "to_cell", "to_column", "type_of"]
 
 NULL = "null"
 JSON = "json"  # written as JSON text
 SCALARS = ("string", "integer", "number", "boolean")
-# The outputs.jsonl fields, in DESIGN.md's order, and the kind each always has.
-OUTPUT_KINDS: Mapping[str, str] = {
+# The outputs.jsonl fields, in DESIGN.md's order, and the type each always has.
+OUTPUT_TYPES: Mapping[str, str] = {
     "id": "string",
     "line": "integer",
     "status": "string",
@@ -36,8 +36,8 @@ OUTPUT_KINDS: Mapping[str, str] = {
 }
 
 
-def kind_of(value: Any) -> str:
-    """The kind of one JSON value: a scalar kind, ``list<scalar>``, null or json."""
+def type_of(value: Any) -> str:
+    """The type of one JSON value: a scalar type, ``list<scalar>``, null or json."""
     if value is None:
         return NULL
     if isinstance(value, bool):
@@ -51,13 +51,13 @@ def kind_of(value: Any) -> str:
     if isinstance(value, list):
         inner = NULL
         for item in value:
-            inner = merge(inner, kind_of(item))
+            inner = merge(inner, type_of(item))
         return f"list<{inner}>" if inner == NULL or inner in SCALARS else JSON
     return JSON
 
 
 def merge(a: str, b: str) -> str:
-    """The one kind that holds values of kinds ``a`` and ``b``."""
+    """The one type that holds values of types ``a`` and ``b``."""
     if a == b or b == NULL:
         return a
     if a == NULL:
@@ -71,33 +71,33 @@ def merge(a: str, b: str) -> str:
 
 
 class Columns:
-    """Column names in order of first appearance, each with the merged kind of its values."""
+    """Column names in order of first appearance, each with the merged type of its values."""
 
-    __slots__ = ("kinds",)
+    __slots__ = ("types",)
 
     def __init__(self, fixed: Mapping[str, str] | None = None) -> None:
-        self.kinds: dict[str, str] = dict(fixed or {})
+        self.types: dict[str, str] = dict(fixed or {})
 
     def add(self, row: Mapping[str, Any]) -> None:
-        """Take the keys and value kinds of one row into account."""
-        kinds = self.kinds
+        """Take the keys and value types of one row into account."""
+        types = self.types
         for name, value in row.items():
-            kind = kind_of(value)
-            old = kinds.get(name)
-            kinds[name] = kind if old is None else merge(old, kind)
+            type_ = type_of(value)
+            old = types.get(name)
+            types[name] = type_ if old is None else merge(old, type_)
 
     def names(self) -> list[str]:
         """The columns, in order."""
-        return list(self.kinds)
+        return list(self.types)
 
 
-def to_column(values: Iterable[Any], kind: str) -> list[Any]:
-    """Values fit for a column of ``kind``: JSON text in a json column, floats in a number one."""
-    if kind == JSON:
+def to_column(values: Iterable[Any], type_: str) -> list[Any]:
+    """Values fit for a column of ``type_``: JSON text in a json column, floats in a number one."""
+    if type_ == JSON:
         return [None if v is None else orjson.dumps(v).decode() for v in values]
-    if kind == "number":
+    if type_ == "number":
         return [None if v is None else float(v) for v in values]
-    if kind == "list<number>":
+    if type_ == "list<number>":
         return [None if v is None else [None if x is None else float(x) for x in v] for v in values]
     return list(values)
 

@@ -37,7 +37,7 @@ from ..core.jobs import Job
 from ..core.loader import load_job
 from ..core.prompts import build_messages
 from ..core.records import Record
-from ..core.steps import Kind, Role, Step
+from ..core.steps import CallKind, Role, Step
 from ..core.trace import steps_of
 from ..errors import ConfigError
 from ..io.records import count_records, read_records
@@ -172,23 +172,23 @@ def _common(a: str, b: str) -> int:
     return low
 
 
-def _calls(job: Job, max_iters: int, scenario: Scenario) -> list[tuple[Role, Kind, int]]:
-    """The (role, kind, iteration) sequence of one loop under ``scenario``."""
+def _calls(job: Job, max_iters: int, scenario: Scenario) -> list[tuple[Role, CallKind, int]]:
+    """The (role, call kind, iteration) sequence of one loop under ``scenario``."""
     k = math.ceil(max_iters * scenario.refinements)
     s = job.strategies
-    samples = [Kind.SAMPLE] * (s.samples - 1)
-    calls: list[tuple[Role, Kind, int]] = [
-        ("generate", kind, 0) for kind in [Kind.ANSWER, *samples]
+    samples = [CallKind.SAMPLE] * (s.samples - 1)
+    calls: list[tuple[Role, CallKind, int]] = [
+        ("generate", call_kind, 0) for call_kind in [CallKind.ANSWER, *samples]
     ]
     for t in range(k):
-        calls.append(("feedback", Kind.FEEDBACK, t))
-        calls += [("refine", kind, t + 1) for kind in [Kind.ANSWER, *samples]]
+        calls.append(("feedback", CallKind.FEEDBACK, t))
+        calls += [("refine", call_kind, t + 1) for call_kind in [CallKind.ANSWER, *samples]]
         if s.restart and scenario.restarts:
-            calls.append(("refine", Kind.RESTART, t + 1))
+            calls.append(("refine", CallKind.RESTART, t + 1))
         if s.copy_retry and scenario.copies:
-            calls.append(("refine", Kind.COPY_RETRY, t + 1))
+            calls.append(("refine", CallKind.COPY_RETRY, t + 1))
     if max_iters > 0 and (k < max_iters or job.scored):
-        calls.append(("feedback", Kind.FEEDBACK, k))  # the feedback that stops the loop
+        calls.append(("feedback", CallKind.FEEDBACK, k))  # the feedback that stops the loop
     return calls
 
 
@@ -209,9 +209,9 @@ def _one_loop(
     text = _filler(answer)
     steps: list[Step] = []
     last: dict[int, Step] = {}  # each iteration's answer
-    for role, kind, t in _calls(job, max_iters, scenario):
+    for role, call_kind, t in _calls(job, max_iters, scenario):
         refined = last.get(t if role == "feedback" else t - 1)
-        messages = build_messages(job, record, role, kind, t, steps, refined)
+        messages = build_messages(job, record, role, call_kind, t, steps, refined)
         schema = job.feedback_schema if role == "feedback" else None
         sent, _ = ladder.request(messages, schema, ladder.level)
         flat = _flat(sent)
@@ -224,9 +224,9 @@ def _one_loop(
         seen.append(flat)
         into.add(usage, prices.price(model_for[role]), batch)
         output = None if role == "feedback" else text
-        step = Step(role, t, sent, text, None, usage, 0.0, 1, output=output, kind=kind)
+        step = Step(role, t, sent, text, None, usage, 0.0, 1, output=output, call_kind=call_kind)
         steps.append(step)
-        if role != "feedback" and kind in (Kind.ANSWER, Kind.COPY_RETRY):
+        if role != "feedback" and call_kind in (CallKind.ANSWER, CallKind.COPY_RETRY):
             last[t] = step
 
 

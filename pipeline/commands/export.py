@@ -10,7 +10,7 @@ Memory stays bounded whatever the run's size: outputs.jsonl is indexed (id, line
 byte offset) in a temporary SQLite file next to the export, which sorts it by line
 on disk; lines are then read back one at a time, and the input is read alongside in
 the same order (a merge join on line, checked by id). What is held is SQLite's page
-cache (``CACHE_MIB``), one batch of ``BATCH_ROWS`` rows and the column kinds. A
+cache (``CACHE_MIB``), one batch of ``BATCH_ROWS`` rows and the column types. A
 Parquet or CSV export first reads the input through once more to learn its columns.
 """
 
@@ -35,7 +35,7 @@ from ..errors import ConfigError, StoreError
 from ..io.records import read_records, same_input
 from ..runs.manifest import Manifest
 from ..runs.rundir import RunDir
-from .columns import JSON, NULL, OUTPUT_KINDS, Columns, to_cell, to_column
+from .columns import JSON, NULL, OUTPUT_TYPES, Columns, to_cell, to_column
 
 __all__ = ["ExportSummary", "export", "export_format", "input_column"]
 
@@ -178,14 +178,14 @@ def input_column(name: str, clash: frozenset[str], id_field: str) -> str | None:
 def _table_columns(
     out: Columns, inp: Columns, clash: frozenset[str], id_field: str
 ) -> dict[str, str]:
-    """Every export column and its kind: the id, then the input's columns, then the outputs'."""
-    kinds = dict(out.kinds)
-    columns = {"id": kinds.pop("id")}
-    for name, kind in inp.kinds.items():
+    """Every export column and its type: the id, then the input's columns, then the outputs'."""
+    types = dict(out.types)
+    columns = {"id": types.pop("id")}
+    for name, type_ in inp.types.items():
         new = input_column(name, clash, id_field)
         if new is not None:
-            columns[new] = kind
-    columns.update(kinds)
+            columns[new] = type_
+    columns.update(types)
     return columns
 
 
@@ -215,8 +215,8 @@ class _Index:
         self.db.close()
 
     def load(self, outputs_path: Path) -> Columns:
-        """Index every readable line of outputs.jsonl; return the output columns' kinds."""
-        columns = Columns(OUTPUT_KINDS)
+        """Index every readable line of outputs.jsonl; return the output columns' types."""
+        columns = Columns(OUTPUT_TYPES)
         batch: list[tuple[str, int, int]] = []
         with contextlib.suppress(FileNotFoundError), outputs_path.open("rb") as fh:
             offset = 0
@@ -305,26 +305,26 @@ def _require_pyarrow() -> None:
         raise ConfigError("a Parquet export needs pyarrow: pip install 'refine[parquet]'") from err
 
 
-def _arrow_type(kind: str) -> Any:
+def _arrow_type(type_: str) -> Any:
     import pyarrow as pa
 
-    if kind.startswith("list<"):
-        return pa.list_(_arrow_type(kind[5:-1]))
+    if type_.startswith("list<"):
+        return pa.list_(_arrow_type(type_[5:-1]))
     scalar = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()}
-    return scalar.get(kind, pa.string())  # string, json text, and all-null columns
+    return scalar.get(type_, pa.string())  # string, json text, and all-null columns
 
 
 def _write_parquet(path: Path, rows: _JoinedRows, columns: Mapping[str, str]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    kinds = {name: (JSON if kind == NULL else kind) for name, kind in columns.items()}
-    schema = pa.schema([(name, _arrow_type(kind)) for name, kind in kinds.items()])
+    types = {name: (JSON if type_ == NULL else type_) for name, type_ in columns.items()}
+    schema = pa.schema([(name, _arrow_type(type_)) for name, type_ in types.items()])
     with pq.ParquetWriter(path, schema) as writer:
         for batch in _batches(rows):
             arrays = [
-                pa.array(to_column((r.get(name) for r in batch), kind), type=field.type)
-                for (name, kind), field in zip(kinds.items(), schema, strict=True)
+                pa.array(to_column((r.get(name) for r in batch), type_), type=field.type)
+                for (name, type_), field in zip(types.items(), schema, strict=True)
             ]
             writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
 

@@ -20,7 +20,7 @@ from ..client.models import ModelId
 from ..core.jobs import Job
 from ..core.prompts import build_messages
 from ..core.records import Record
-from ..core.steps import Kind
+from ..core.steps import CallKind
 from ..io.records import read_records
 from ..runs.settings import Settings
 from ..serving.server import SLOT_CTX
@@ -74,7 +74,7 @@ def find_unfit(
     count = 0
     first: list[tuple[int, str]] = []
     for record in _records(job, input_path, settings):
-        messages = build_messages(job, record, "generate", Kind.ANSWER, 0, [], None)
+        messages = build_messages(job, record, "generate", CallKind.ANSWER, 0, [], None)
         if overflow(messages, window, model) is None:
             continue
         count += 1

@@ -34,8 +34,8 @@ def listing() -> str:
         rows.append(f"{name:<20} {', '.join(field_text(f) for f in job.inputs)}")
         if job.description:
             rows.append(f"{'':<20} {job.description}")
-        if job.kind.selections:
-            extra = ", ".join(job.kind.selections)
+        if job.answer_kind.selections:
+            extra = ", ".join(job.answer_kind.selections)
             rows.append(f"{'':<20} selection rules beside the default: {extra}")
     rows.append("fields: NAME? is optional; label: a reference answer, check: data for the checks")
     return "\n".join(rows)
@@ -67,7 +67,7 @@ def describe(name_or_path: str) -> str:
         stop += f", or a score >= {job.score_threshold:g}"
     rows.append(f"  stop: the critic's done, {stop}")
     rows.append(f"  model: temperature {job.temperature:g}, max_tokens {job.max_tokens}")
-    rows.append(f"  output: kind {job.kind.name}, chosen by {job.select}")
+    rows.append(f"  output: kind {job.answer_kind.name}, chosen by {job.select}")
     strategies = ", ".join(job.strategies.names) or "none"
     rows.append(f"  strategies: {strategies}; repair {'on' if job.strategies.repair else 'off'}")
     return "\n".join(rows)

@@ -199,9 +199,9 @@ def _write(out: RunDir, shards: list[_Shard], partial: bool) -> MergeSummary:
                     bad.add(obj.get("line"))
                     fh.write(raw)
         _sync(fh)
-    with out.checkpoint_path.open("wb") as fh:
+    with out.journal_path.open("wb") as fh:
         for s in shards:
-            for raw, _ in _lines(s.rd.checkpoint_path):
+            for raw, _ in _lines(s.rd.journal_path):
                 fh.write(raw)
         _sync(fh)
     complete = not partial or (

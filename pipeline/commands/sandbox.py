@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from ..sandbox import KERNEL_LAYERS, Isolation, Layer, Policy, SandboxMode, probe, run_python
+from ..sandbox import KERNEL_LAYERS, Isolation, Layer, SandboxMode, SandboxPolicy, probe, run_python
 
 __all__ = ["Attempt", "SandboxCheck", "check", "render"]
 
@@ -89,7 +89,9 @@ def check() -> SandboxCheck:
     """Probe this machine's isolation and run the self-test under the kernel's layers."""
     isolation = probe(SandboxMode.STRICT)
     program = f"HOME = {str(Path.home())!r}\n" + _SELF_TEST
-    result = run_python(program, timeout_s=30.0, policy=Policy(SandboxMode.WEAK, KERNEL_LAYERS))
+    result = run_python(
+        program, timeout_s=30.0, policy=SandboxPolicy(SandboxMode.WEAK, KERNEL_LAYERS)
+    )
     attempts = []
     for line in result.stdout.splitlines():
         try:

@@ -56,7 +56,7 @@ def _call_text(trace: RecordTrace, index: int, step: Step) -> str:
     if step.error is not None:
         marks.append(f"error {step.error.get('type')}: {step.error.get('message')}")
     head = (
-        f"call {index}: {step.role} ({step.kind}), iteration {step.iteration}, "
+        f"call {index}: {step.role} ({step.call_kind}), iteration {step.iteration}, "
         f"model {step.model or '-'}, "
         f"{step.usage.get('prompt_tokens', 0):,} prompt + "
         f"{step.usage.get('completion_tokens', 0):,} completion tokens"

@@ -12,8 +12,8 @@ from typing import Any
 
 from ..backends.batch.ledger import read_ledger
 from ..client.prices import price_book
+from ..runs.journal import read_steps
 from ..runs.rundir import RunDir
-from ..runs.store import read_steps
 from ..runs.tally import tally_outputs
 
 __all__ = ["collect", "render"]
@@ -26,7 +26,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
     prices = price_book(manifest.settings.prices, missing_ok=True)
     model_for = {"generate": manifest.model, "refine": manifest.model, "feedback": manifest.critic}
     t = tally_outputs(rd.outputs_path, prices, model_for)
-    unfinished = read_steps(rd.checkpoint_path, t.finished_ids)
+    unfinished = read_steps(rd.journal_path, t.finished_ids)
     t.add_unfinished(unfinished, prices, model_for)
     expected = rd.expected(manifest)
     active = rd.is_locked()

@@ -3,7 +3,7 @@
 The default rule (DESIGN.md): the best iteration among those whose checks pass, by the
 critic's score where the job scores (the later on a tie), else the latest of them; where
 none passes, the latest of the answers the checks rank best (so the output is never one the
-checks rank below the first answer). A job's kind may offer other rules (``Selection``),
+checks rank below the first answer). A job's answer kind may offer other rules (``Selection``),
 chosen by name with ``[output] select`` or ``--select``; they see every draft. No rule
 reads a label: checks and selection rules are given the record's fields less its labels.
 """
@@ -60,14 +60,14 @@ def default_rule(job: Job, found: Sequence[Step], scores: Sequence[float | None]
         if job.scored and scored:
             return max(reversed(scored), key=lambda i: scores[i] or 0.0)  # the later on a tie
         return passing[-1]
-    ranks = [job.kind.rank(a) for a in found]
+    ranks = [job.answer_kind.rank(a) for a in found]
     best = max(ranks)
     return max(i for i, rank in enumerate(ranks) if rank == best)
 
 
 def choose(job: Job, steps: Sequence[Step], select: str = DEFAULT) -> Choice:
     """The record's output under the rule ``select``."""
-    found = answers(job.kind, steps)
+    found = answers(job.answer_kind, steps)
     scores = tuple(score_of(job, feedback_on(steps, a.iteration)) for a in found)
     if not found:
         return Choice(None, None, scores, select)
@@ -76,6 +76,6 @@ def choose(job: Job, steps: Sequence[Step], select: str = DEFAULT) -> Choice:
         return Choice(found[pick], scores[pick], scores, select)
     every = drafts(steps)
     by_step = {id(a): s for a, s in zip(found, scores, strict=True)}
-    rule = job.kind.selections[select]
+    rule = job.answer_kind.selections[select]
     step = every[rule.choose(every, [by_step.get(id(d)) for d in every])]
     return Choice(step, by_step.get(id(step)), scores, select)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .kinds import AnswerKind
+from .answer_kinds import AnswerKind
 from .steps import Step
 
 __all__ = ["answer_of", "answers", "drafts", "drafts_of", "feedback_on"]
@@ -25,17 +25,17 @@ def drafts_of(steps: Sequence[Step], iteration: int) -> list[Step]:
     return [s for s in steps if s.is_draft and s.iteration == iteration]
 
 
-def answer_of(kind: AnswerKind, steps: Sequence[Step], iteration: int) -> Step | None:
+def answer_of(answer_kind: AnswerKind, steps: Sequence[Step], iteration: int) -> Step | None:
     """The draft ``iteration`` goes on with: the best ranked, the earliest on a tie."""
     found = drafts_of(steps, iteration)
-    return max(found, key=kind.rank) if found else None  # max keeps the first of equals
+    return max(found, key=answer_kind.rank) if found else None  # max keeps the first of equals
 
 
-def answers(kind: AnswerKind, steps: Sequence[Step]) -> list[Step]:
+def answers(answer_kind: AnswerKind, steps: Sequence[Step]) -> list[Step]:
     """Each iteration's answer, in order."""
     out = []
     for iteration in sorted({s.iteration for s in steps if s.is_draft}):
-        answer = answer_of(kind, steps, iteration)
+        answer = answer_of(answer_kind, steps, iteration)
         if answer is not None:
             out.append(answer)
     return out

@@ -1,4 +1,4 @@
-"""The job spec: the data the loop reads (prompts, feedback schema, stop rule, kind, hooks).
+"""The job spec: the data the loop reads (prompts, feedback schema, stop rule, answer kind, hooks).
 
 A job is written as a TOML file and read by ``pipeline.core.loader``; see docs/jobs.md for
 the format. Here are the loaded values and the few pure functions over them.
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .kinds import AnswerKind, Text
+from .answer_kinds import AnswerKind, Text
 from .metrics import MetricSpec
 from .strategies import Strategies
 
@@ -88,8 +88,8 @@ class Job:
     score_threshold: float | None
     temperature: float
     max_tokens: int
-    kind: AnswerKind = field(default_factory=Text, compare=False)
-    select: str = "default"  # the rule choosing the output: "default", or one the kind offers
+    answer_kind: AnswerKind = field(default_factory=Text, compare=False)  # TOML: output.kind
+    select: str = "default"  # the rule choosing the output: "default", or its answer kind's
     strategies: Strategies = field(default_factory=Strategies)
     restart_prompt: str | None = None  # strategy restart's instruction (None: the built-in one)
     evaluator: Evaluator | None = field(default=None, compare=False)
@@ -97,7 +97,7 @@ class Job:
     score_from: tuple[str, ...] = ()  # rating fields whose sum replaces the critic's own score
     # the evaluator's metrics as the hooks declare them (METRICS): better direction, source
     metrics: Mapping[str, MetricSpec] = field(default_factory=dict, compare=False)
-    # the hooks (or the kind) run model-written programs (RUNS_PROGRAMS): a run probes the
+    # the hooks (or the answer kind) run model-written programs (RUNS_PROGRAMS): a run probes the
     # sandbox first and, in strict mode, stops where the kernel cannot isolate them
     runs_programs: bool = False
 

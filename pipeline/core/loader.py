@@ -21,10 +21,10 @@ from typing import Any
 import orjson
 
 from ..errors import JobError
+from .answer_kinds import BUILTIN_ANSWER_KINDS, AnswerKind
 from .hooks import signature_problem
 from .jobs import FIELD_TYPES, FIELD_USES, InputField, Job, builtin_jobs
 from .jobs import placeholders as _placeholders
-from .kinds import BUILTIN_KINDS, AnswerKind
 from .metrics import MetricSpec
 from .strategies import MAX_SAMPLES, Strategies
 
@@ -80,7 +80,7 @@ class _Reader:
         self.data = data
         self.source = source
 
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    def get(self, key: str, expected: type | tuple[type, ...], default: Any = ...) -> Any:
         node: Any = self.data
         for part in key.split("."):
             if not isinstance(node, Mapping) or part not in node:
@@ -88,9 +88,9 @@ class _Reader:
                     raise JobError(self.source, key, "missing")
                 return default
             node = node[part]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if (isinstance(node, bool) and bool not in kinds) or not isinstance(node, kind):
-            names = " or ".join(k.__name__ for k in kinds)
+        types = expected if isinstance(expected, tuple) else (expected,)
+        if (isinstance(node, bool) and bool not in types) or not isinstance(node, expected):
+            names = " or ".join(k.__name__ for k in types)
             raise JobError(self.source, key, f"expected {names}, got {type(node).__name__}")
         return node
 
@@ -106,7 +106,7 @@ def parse_job(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
     prompts = _prompts(r, inputs)
     schema, fields = _feedback(r)
     module, digest = _hooks(r, path, raw)
-    kind, select = _output(r, module)
+    answer_kind, select = _output(r, module)
     max_iters = r.get("stop.max_iters", int, 3)
     if max_iters < 0:
         raise r.fail("stop.max_iters", "must be >= 0")
@@ -132,7 +132,7 @@ def parse_job(data: Mapping[str, Any], path: Path, raw: bytes) -> Job:
         score_threshold=None if threshold is None else float(threshold),
         temperature=float(r.get("model.temperature", (int, float), 0.7)),
         max_tokens=max_tokens,
-        kind=kind,
+        answer_kind=answer_kind,
         select=select,
         strategies=_strategies(r),
         evaluator=_hook(r, module, "evaluate"),
@@ -167,8 +167,8 @@ def _inputs(r: _Reader) -> tuple[InputField, ...]:
         key = f"input.{name}"
         if not isinstance(spec, dict):
             raise r.fail(key, "expected a table")
-        kind = r.get(f"{key}.type", str, "string")
-        if kind not in FIELD_TYPES:
+        type_ = r.get(f"{key}.type", str, "string")
+        if type_ not in FIELD_TYPES:
             raise r.fail(f"{key}.type", f"must be one of {', '.join(FIELD_TYPES)}")
         use = r.get(f"{key}.use", str, "prompt")
         if use not in FIELD_USES:
@@ -178,7 +178,7 @@ def _inputs(r: _Reader) -> tuple[InputField, ...]:
         fields.append(
             InputField(
                 name,
-                kind,
+                type_,
                 r.get(f"{key}.required", bool, True),
                 str(spec.get("description", "")),
                 r.get(f"{key}.join", str, ", "),
@@ -328,7 +328,7 @@ def _metrics(r: _Reader, module: ModuleType | None) -> dict[str, MetricSpec]:
 
 
 def _runs_programs(r: _Reader, module: ModuleType | None) -> bool:
-    """The hooks' ``RUNS_PROGRAMS``: whether they (or their kind) execute programs."""
+    """The hooks' ``RUNS_PROGRAMS``: whether they (or their answer kind) execute programs."""
     declared = getattr(module, "RUNS_PROGRAMS", False)
     if not isinstance(declared, bool):
         raise r.fail("hooks.file", "RUNS_PROGRAMS must be True or False")
@@ -339,21 +339,21 @@ def _output(r: _Reader, module: ModuleType | None) -> tuple[AnswerKind, str]:
     """The kind of answer (built in, or the hooks' ``KIND``) and the selection rule."""
     plugged = getattr(module, "KIND", None)
     name = r.get("output.kind", str, None if plugged is not None else "text")
-    kind: AnswerKind
+    answer_kind: AnswerKind
     if plugged is not None:
-        kind = plugged
-        if name is not None and name != kind.name:
-            raise r.fail("output.kind", f"the hooks define kind {kind.name!r}, not {name!r}")
-    elif name in BUILTIN_KINDS:
-        kind = BUILTIN_KINDS[name]
+        answer_kind = plugged
+        if name is not None and name != answer_kind.name:
+            raise r.fail("output.kind", f"the hooks define kind {answer_kind.name!r}, not {name!r}")
+    elif name in BUILTIN_ANSWER_KINDS:
+        answer_kind = BUILTIN_ANSWER_KINDS[name]
     else:
-        known = ", ".join(BUILTIN_KINDS)
+        known = ", ".join(BUILTIN_ANSWER_KINDS)
         raise r.fail("output.kind", f"must be one of {known}, or a KIND defined by the hooks")
     select = r.get("output.select", str, "default")
-    if select != "default" and select not in kind.selections:
-        known = ", ".join(["default", *kind.selections])
-        raise r.fail("output.select", f"kind {kind.name!r} offers {known}")
-    return kind, select
+    if select != "default" and select not in answer_kind.selections:
+        known = ", ".join(["default", *answer_kind.selections])
+        raise r.fail("output.select", f"kind {answer_kind.name!r} offers {known}")
+    return answer_kind, select
 
 
 def _strategies(r: _Reader) -> Strategies:

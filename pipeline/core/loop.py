@@ -4,7 +4,7 @@ The loop is a fold over completed steps: ``plan`` looks at the steps so far and 
 next call or the reason to stop; ``next_call`` turns that into the request; ``make_step``
 turns the answer into the step that is checkpointed. ``refine_record`` drives the fold with
 a model client; the Batch API and Ray drivers drive the same functions their own way.
-Resume is the same fold started from the steps the checkpoint store replays, so a resumed
+Resume is the same fold started from the steps the journal replays, so a resumed
 record never repeats a call. The loop knows no particular job: what differs between kinds
 of answer is behind ``AnswerKind``, and a job's checks and evaluator are functions it calls.
 """
@@ -28,8 +28,8 @@ from .prompts import build_messages
 from .records import Record
 from .steps import (
     LENGTH,
+    CallKind,
     Completion,
-    Kind,
     ModelClient,
     Outcome,
     Request,
@@ -47,7 +47,7 @@ __all__ = [
     "Next",
     "Policy",
     "Stop",
-    "Why",
+    "StopReason",
     "call_failed",
     "failed_step",
     "finish",
@@ -64,7 +64,7 @@ CUT_OFF = "The answer was cut off at the length limit: give a shorter, complete 
 RETRY_FREQUENCY_PENALTY = 0.5
 
 
-class Why(enum.StrEnum):
+class StopReason(enum.StrEnum):
     """Why a record's loop stopped (the output line's ``stop_reason``)."""
 
     DONE = "done"  # the critic said done
@@ -87,7 +87,7 @@ class Policy:
 class Stop:
     """The loop is over, and why."""
 
-    reason: Why
+    reason: StopReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +95,7 @@ class Next:
     """The next call's place in the loop: its role, why it is made, its iteration."""
 
     role: Role
-    kind: Kind
+    call_kind: CallKind
     iteration: int
 
 
@@ -105,7 +105,7 @@ class Call:
 
     role: Role
     iteration: int
-    kind: Kind
+    call_kind: CallKind
     request: Request
 
 
@@ -124,10 +124,10 @@ def _verdict(job: Job, feedback: Step, answer: Step | None, t: int, min_iters: i
         return None
     parsed = feedback.parsed
     if parsed is not None and parsed.get(job.done_field) is True:
-        return Stop(Why.DONE)
+        return Stop(StopReason.DONE)
     score = score_of(job, feedback)
     if job.score_threshold is not None and score is not None and score >= job.score_threshold:
-        return Stop(Why.SCORE)
+        return Stop(StopReason.SCORE)
     return None
 
 
@@ -142,30 +142,34 @@ def plan(steps: Sequence[Step], job: Job, policy: Policy) -> Next | Stop:
     strategy adds to an iteration come before its feedback.
     """
     if not steps:
-        return Next("generate", Kind.ANSWER, 0)
+        return Next("generate", CallKind.ANSWER, 0)
     last = steps[-1]
     t = last.iteration
     if last.superseded:
         cut = (last.error or {}).get("type") == Superseded.CUT_OFF
-        return Next(last.role, Kind.REPAIR if cut else Kind.COPY_RETRY, t)
+        return Next(last.role, CallKind.REPAIR if cut else CallKind.COPY_RETRY, t)
     if last.role == "feedback":
-        verdict = _verdict(job, last, answer_of(job.kind, steps, t), t, policy.min_iters)
+        verdict = _verdict(job, last, answer_of(job.answer_kind, steps, t), t, policy.min_iters)
         if verdict is not None:
             return verdict
-        return Stop(Why.MAX_ITERS) if t >= policy.max_iters else Next("refine", Kind.ANSWER, t + 1)
-    refined = answer_of(job.kind, steps, t - 1) if t > 0 else None
+        if t >= policy.max_iters:
+            return Stop(StopReason.MAX_ITERS)
+        return Next("refine", CallKind.ANSWER, t + 1)
+    refined = answer_of(job.answer_kind, steps, t - 1) if t > 0 else None
     made = [s for s in steps if s.role != "feedback" and s.iteration == t]
     extra = next_draft(job.strategies, made, None if refined is None else refined.checks)
     if extra is not None:
         return Next(last.role, extra, t)
-    now = answer_of(job.kind, steps, t)
+    now = answer_of(job.answer_kind, steps, t)
     if refined is not None and now is not None and _same(now.output, refined.output):
         earlier = feedback_on(steps, t - 1)
         verdict = None if earlier is None else _verdict(job, earlier, now, t, policy.min_iters)
-        return verdict or Stop(Why.MAX_ITERS if t >= policy.max_iters else Why.NO_CHANGE)
+        return verdict or Stop(
+            StopReason.MAX_ITERS if t >= policy.max_iters else StopReason.NO_CHANGE
+        )
     if policy.max_iters == 0 or (t >= policy.max_iters and not job.scored):
-        return Stop(Why.MAX_ITERS)
-    return Next("feedback", Kind.FEEDBACK, t)
+        return Stop(StopReason.MAX_ITERS)
+    return Next("feedback", CallKind.FEEDBACK, t)
 
 
 def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -> Call | Stop:
@@ -175,21 +179,22 @@ def next_call(job: Job, record: Record, steps: Sequence[Step], policy: Policy) -
         return nxt
     answer = None
     if nxt.role == "feedback":
-        answer = answer_of(job.kind, steps, nxt.iteration)
+        answer = answer_of(job.answer_kind, steps, nxt.iteration)
     elif nxt.iteration > 0:
-        answer = answer_of(job.kind, steps, nxt.iteration - 1)
+        answer = answer_of(job.answer_kind, steps, nxt.iteration - 1)
     # A repair is asked as the call it repairs was, with a repetition penalty.
-    origin = steps[-1].kind if nxt.kind is Kind.REPAIR and steps[-1].kind else nxt.kind
-    messages = build_messages(job, record, nxt.role, nxt.kind, nxt.iteration, steps, answer)
+    repaired = steps[-1].call_kind if nxt.call_kind is CallKind.REPAIR else None
+    origin = repaired or nxt.call_kind
+    messages = build_messages(job, record, nxt.role, nxt.call_kind, nxt.iteration, steps, answer)
     request = Request(
         tuple(messages),
         temperature=job.strategies.temperature(origin, job.temperature),
         max_tokens=job.max_tokens,
         schema=job.feedback_schema if nxt.role == "feedback" else None,
-        frequency_penalty=RETRY_FREQUENCY_PENALTY if nxt.kind is Kind.REPAIR else None,
+        frequency_penalty=RETRY_FREQUENCY_PENALTY if nxt.call_kind is CallKind.REPAIR else None,
         cache_key=record.id,
     )
-    return Call(nxt.role, nxt.iteration, nxt.kind, request)
+    return Call(nxt.role, nxt.iteration, nxt.call_kind, request)
 
 
 # -- making a step -----------------------------------------------------------------------------
@@ -263,7 +268,7 @@ async def make_step(
     checks: bool,
 ) -> Step:
     """The step a completed call becomes: feedback parsed, or the answer extracted and checked."""
-    repair = job.strategies.repair and call.kind is not Kind.REPAIR
+    repair = job.strategies.repair and call.call_kind is not CallKind.REPAIR
     common: dict[str, Any] = {
         "iteration": call.iteration,
         "messages": _as_sent(comp.messages, call),
@@ -274,22 +279,22 @@ async def make_step(
         "model": comp.model,
         "tries": comp.tries,
         "batch_id": comp.batch_id,
-        "kind": call.kind,
+        "call_kind": call.call_kind,
         "service_tier": comp.service_tier,
     }
     if call.role == "feedback":
         return _feedback_step(job, comp, repair, common)
-    output = job.kind.extract(comp.text)
+    output = job.answer_kind.extract(comp.text)
     cut = comp.finish_reason == "length"
     cut_inside = cut and _reaches_the_end(comp.text, output)
-    refined = answer_of(job.kind, steps, call.iteration - 1) if call.iteration else None
+    refined = answer_of(job.answer_kind, steps, call.iteration - 1) if call.iteration else None
     if cut_inside and repair:  # asked again at once: nothing to check
         return Step(
             call.role, parsed=None, output=output, error=_cut_error(True, "answer"), **common
         )
     copied = (
         job.strategies.copy_retry
-        and call.kind in (Kind.ANSWER, Kind.SAMPLE)
+        and call.call_kind in (CallKind.ANSWER, CallKind.SAMPLE)
         and refined is not None
         and _same(output, refined.output)
     )
@@ -297,13 +302,13 @@ async def make_step(
         copy = {"type": Superseded.COPY, "message": "identical to its input; asked once more"}
         return Step(call.role, parsed=None, output=output, error=copy, **common)
     if cut_inside:
-        output = job.kind.cut(output)
+        output = job.answer_kind.cut(output)
     judged = await _evaluate(job, record, output, checks)
     metrics, found = judged.metrics, judged.findings
     if checks and cut_inside:
         found = [*(found or []), CUT_OFF]  # a verified problem: the refinement shortens it
-    if job.select in job.kind.selections:
-        rule = job.kind.selections[job.select]
+    if job.select in job.answer_kind.selections:
+        rule = job.answer_kind.selections[job.select]
         outputs = [d.output or "" for d in drafts(steps)] + [output]
         measured = await anyio.to_thread.run_sync(
             rule.measure, job.shown_fields(record.fields), outputs
@@ -337,7 +342,7 @@ def failed_step(call: Call, err: CallError) -> Step:
         error=err.as_dict(),
         model=err.model,
         tries=tuple(err.tries),
-        kind=call.kind,
+        call_kind=call.call_kind,
     )
 
 
@@ -353,8 +358,8 @@ def finish(
     index = {id(s): i for i, s in enumerate(steps)}
     output = tests = None
     if choice.step is not None and choice.step.output is not None:
-        output, tests = job.kind.parts(choice.step.output)
-    found = answers(job.kind, steps)
+        output, tests = job.answer_kind.parts(choice.step.output)
+    found = answers(job.answer_kind, steps)
     return Outcome(
         record=record,
         status="failed" if error else "done",
@@ -377,8 +382,8 @@ def call_failed(
     job: Job, record: Record, steps: Sequence[Step], call: Call, err: CallError
 ) -> Outcome:
     """The outcome of a record whose call failed for good: failed, the call in its trace."""
-    error = {"type": err.kind, "message": f"{call.role} (iteration {call.iteration}): {err}"}
-    return finish(job, record, [*steps, failed_step(call, err)], Why.ERROR, error)
+    error = {"type": err.category, "message": f"{call.role} (iteration {call.iteration}): {err}"}
+    return finish(job, record, [*steps, failed_step(call, err)], StopReason.ERROR, error)
 
 
 async def refine_record(

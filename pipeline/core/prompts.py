@@ -30,7 +30,7 @@ import orjson
 from .feedback import render_feedback
 from .jobs import Job, placeholders, render
 from .records import Record
-from .steps import Kind, Role, Step
+from .steps import CallKind, Role, Step
 
 __all__ = [
     "CHECKS_HEADING",
@@ -139,7 +139,7 @@ def _main_call(steps: Sequence[Step], iteration: int) -> Step:
     return next(
         s
         for s in steps
-        if s.role != "feedback" and s.iteration == iteration and s.kind is Kind.ANSWER
+        if s.role != "feedback" and s.iteration == iteration and s.call_kind is CallKind.ANSWER
     )
 
 
@@ -151,7 +151,7 @@ def build_messages(
     job: Job,
     record: Record,
     role: Role,
-    kind: Kind,
+    call_kind: CallKind,
     iteration: int,
     steps: Sequence[Step],
     answer: Step | None = None,
@@ -161,19 +161,19 @@ def build_messages(
     ``answer``: for a feedback call, the answer it reviews; for a refine or restart call,
     the answer it refines (each iteration's answer is the draft its loop went on with).
     """
-    if kind in (Kind.REPAIR, Kind.COPY_RETRY):
+    if call_kind in (CallKind.REPAIR, CallKind.COPY_RETRY):
         return [dict(m) for m in steps[-1].messages]  # asked again exactly as it was
     if role == "generate":
         return opening(job, record)
     assert answer is not None and answer.output is not None
-    if kind is Kind.RESTART:
+    if call_kind is CallKind.RESTART:
         values = {**_values(job, record), "findings": findings_text(answer.checks)}
         return opening(job, record, render(job.restart_prompt or DEFAULT_RESTART, values))
     if role == "feedback":
         before = _main_call(steps, iteration).messages
         return [
             *[dict(m) for m in before],
-            {"role": "assistant", "content": job.kind.shown(answer.output)},
+            {"role": "assistant", "content": job.answer_kind.shown(answer.output)},
             {"role": "user", "content": feedback_request(job, record, answer, before)},
         ]
     feedback = _latest_feedback(steps, iteration - 1)

@@ -1,11 +1,12 @@
 """The record of a model call: what a client is asked and returns, what the loop keeps, what a
 record ends as.
 
-Plain values shared by the client, the loop, the checkpoint store and the output files.
+Plain values shared by the client, the loop, the journal and the output files.
 Every step has a ``role`` (the part of Self-Refine it plays: generate, feedback, refine) and
-a ``kind`` (why the call was made: the method's own call, a repair of a call cut off at
-max_tokens, or a call of an opt-in strategy), so a trace tells the method's calls from the
-extra ones and ``refine estimate`` and the report can count each.
+a call kind (``CallKind``, why the call was made: the method's own call, a repair of a call
+cut off at max_tokens, or a call of an opt-in strategy; the trace's ``kind``), so a trace
+tells the method's calls from the extra ones and ``refine estimate`` and the report can
+count each.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from .records import Record
 
 __all__ = [
     "LENGTH",
+    "CallKind",
     "Completion",
-    "Kind",
     "ModelClient",
     "Outcome",
     "Request",
@@ -41,7 +42,7 @@ Role = Literal["generate", "feedback", "refine"]
 LENGTH = "length"
 
 
-class Kind(enum.StrEnum):
+class CallKind(enum.StrEnum):
     """Why a call was made."""
 
     ANSWER = "answer"  # the method's generate or refine call
@@ -53,8 +54,8 @@ class Kind(enum.StrEnum):
 
     @property
     def strategy(self) -> bool:
-        """Whether calls of this kind come from an opt-in strategy (not the method)."""
-        return self in (Kind.SAMPLE, Kind.RESTART, Kind.COPY_RETRY)
+        """Whether calls of this call kind come from an opt-in strategy (not the method)."""
+        return self in (CallKind.SAMPLE, CallKind.RESTART, CallKind.COPY_RETRY)
 
 
 class Superseded(enum.StrEnum):
@@ -66,7 +67,7 @@ class Superseded(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Try:
-    """One HTTP attempt of a call: its status (or failure kind) and how long it took."""
+    """One HTTP attempt of a call: its status (or failure category) and how long it took."""
 
     status: int | str  # the HTTP status, or "timeout", "connection", "bad_response", ...
     latency_s: float
@@ -155,14 +156,14 @@ class Step:
     model: str | None = None  # the model that answered
     tries: tuple[Try, ...] = ()  # each attempt's status and latency, when there was more than one
     batch_id: str | None = None  # the Batch API batch that carried the call
-    kind: Kind | None = None  # None: the method's own (ANSWER, or FEEDBACK for a critic call)
+    call_kind: CallKind | None = None  # None: the method's own (ANSWER; FEEDBACK for the critic)
     service_tier: str | None = None  # the tier that served the call, where the provider says
     hook_errors: tuple[HookFailure, ...] = ()  # the job's hooks that failed on this answer
 
     def __post_init__(self) -> None:
-        if self.kind is None:
-            default = Kind.FEEDBACK if self.role == "feedback" else Kind.ANSWER
-            object.__setattr__(self, "kind", default)
+        if self.call_kind is None:
+            default = CallKind.FEEDBACK if self.role == "feedback" else CallKind.ANSWER
+            object.__setattr__(self, "call_kind", default)
 
     @property
     def failed(self) -> bool:
@@ -172,8 +173,7 @@ class Step:
     @property
     def superseded(self) -> bool:
         """Whether the loop asked this attempt again (cut off, or copied): no answer of its own."""
-        kind = (self.error or {}).get("type")
-        return kind in (Superseded.CUT_OFF, Superseded.COPY)
+        return (self.error or {}).get("type") in (Superseded.CUT_OFF, Superseded.COPY)
 
     @property
     def is_draft(self) -> bool:
@@ -185,7 +185,7 @@ class Step:
         steps store them is ``core.trace``'s business)."""
         d: dict[str, Any] = {
             "role": self.role,
-            "kind": str(self.kind),
+            "kind": str(self.call_kind),
             "model": self.model,
             "iteration": self.iteration,
             **sent,
@@ -212,8 +212,8 @@ class Step:
     def from_dict(cls, d: Mapping[str, Any], messages: list[dict[str, str]]) -> Step:
         """Rebuild a step from its checkpoint shape and its ``messages`` as sent (rebuilt by
         ``core.trace``)."""
-        kind = d.get("kind")
-        known = {str(k) for k in Kind}
+        raw = d.get("kind")  # the trace's key for the call kind
+        call_kind = CallKind(raw) if isinstance(raw, str) and raw in set(CallKind) else None
         return cls(
             role=d["role"],
             iteration=int(d["iteration"]),
@@ -230,14 +230,14 @@ class Step:
             model=d.get("model"),
             tries=tuple(Try.from_json(t) for t in d.get("tries") or ()),
             batch_id=d.get("batch_id"),
-            kind=Kind(kind) if isinstance(kind, str) and kind in known else None,
+            call_kind=call_kind,
             service_tier=d.get("service_tier"),
             hook_errors=tuple(HookFailure.from_json(f) for f in d.get("hook_errors") or ()),
         )
 
 
 class StepSink(Protocol):
-    """Where each completed step goes before the loop moves on (the checkpoint store)."""
+    """Where each completed step goes before the loop moves on (the journal)."""
 
     async def save(self, record_id: str, earlier: Sequence[Step], step: Step) -> None:
         """Keep ``step``, which follows ``earlier``, the record's steps before it (so its

@@ -4,7 +4,7 @@ With the defaults a record's loop makes the method's calls and nothing else: one
 then feedback and refine in turn. The one extra call on by default is ``repair``: a call
 cut off at max_tokens is asked once more (with a repetition penalty), since an answer cut
 off mid-artifact is a failed call, not a sample. The strategies, each off by default, each
-a step kind of its own in the trace, each counted by ``refine estimate``:
+a call kind of its own in the trace, each counted by ``refine estimate``:
 
 ``samples = N``
     Every answer (the first and each refinement) is drafted N times from the same
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
-from .steps import Kind, Step
+from .steps import CallKind, Step
 
 __all__ = ["NAMES", "Strategies", "next_draft", "parse_specs"]
 
@@ -53,11 +53,11 @@ class Strategies:
         on = (self.samples > 1, self.restart, self.copy_retry)
         return tuple(name for name, flag in zip(NAMES, on, strict=True) if flag)
 
-    def temperature(self, kind: Kind, default: float) -> float:
-        """The sampling temperature of a call of ``kind`` (``default``: the job's)."""
-        if kind is Kind.SAMPLE:
+    def temperature(self, call_kind: CallKind, default: float) -> float:
+        """The sampling temperature of a call of ``call_kind`` (``default``: the job's)."""
+        if call_kind is CallKind.SAMPLE:
             return self.sample_temperature
-        if kind is Kind.COPY_RETRY:
+        if call_kind is CallKind.COPY_RETRY:
             return self.copy_temperature
         return default
 
@@ -98,17 +98,17 @@ def _count(value: str) -> int:
 
 def next_draft(
     strategies: Strategies, drafted: Sequence[Step], latest_found: Sequence[str] | None
-) -> Kind | None:
-    """The kind of the next draft of an iteration, or None when it has all it gets.
+) -> CallKind | None:
+    """The call kind of the next draft of an iteration, or None when it has all it gets.
 
-    ``drafted``: the iteration's answer calls so far (any kind, asked again or not);
+    ``drafted``: the iteration's answer calls so far (any call kind, asked again or not);
     ``latest_found``: the findings on the answer the iteration refines (None for the
     first answer).
     """
-    samples = sum(s.kind is Kind.SAMPLE for s in drafted)
+    samples = sum(s.call_kind is CallKind.SAMPLE for s in drafted)
     if 1 + samples < strategies.samples:
-        return Kind.SAMPLE
-    restarted = any(s.kind is Kind.RESTART for s in drafted)
+        return CallKind.SAMPLE
+    restarted = any(s.call_kind is CallKind.RESTART for s in drafted)
     if strategies.restart and latest_found and not restarted:
-        return Kind.RESTART
+        return CallKind.RESTART
     return None

@@ -6,6 +6,9 @@ One streaming pass over the run directory (:mod:`.source`) feeds the figures
 browser's data (:mod:`.browser`); the same text
 blocks (:mod:`.document`) become ``report.md`` (:mod:`.markdown`) and ``index.html``
 (:mod:`.html`), with plots drawn by matplotlib (:mod:`.plots`, the ``report`` extra).
+Arms compared on the same records (:mod:`.comparison`: the best, the detectably worse, the
+one to run) rest on :mod:`.significance` (Wilson intervals, McNemar's exact test, the
+records that would tell), for ``refine calibrate``.
 """
 
 from .aggregate import SAMPLE_SIZE, Cell, Distribution, Measure, RunReport, Spend, summarize

@@ -68,7 +68,7 @@ class Measure:
     with a value both at iteration 0 and at their chosen iteration.
     """
 
-    kind: Literal["score", "metric"]
+    measured: Literal["score", "metric"]  # the critic's score, or an evaluator metric
     name: str
     rate: bool  # every value was a boolean: means are shares of true
     reached: tuple[Cell, ...]
@@ -79,7 +79,7 @@ class Measure:
     @property
     def label(self) -> str:
         """How the measure is named in tables and plots."""
-        if self.kind == "score":
+        if self.measured == "score":
             return "score (critic)"
         return f"{self.name} (rate)" if self.rate else self.name
 
@@ -137,7 +137,7 @@ class RunReport:
     latency: Mapping[str, Distribution]  # seconds per call, by role
     step_errors: Mapping[str, int]  # calls that recorded an error, by role
     retried: Mapping[str, int]  # calls that needed more than one attempt, by role
-    kinds: Mapping[str, int]  # calls by kind: the method's, repairs, each strategy's
+    call_kinds: Mapping[str, int]  # calls by call kind: the method's, repairs, each strategy's
     answer_spend: tuple[Spend, ...]  # traced generate/refine calls of iteration t
     feedback_spend: tuple[Spend, ...]  # traced feedback calls on the answer of iteration t
     skipped_lines: int  # unreadable lines (a line being written while we read)
@@ -254,7 +254,7 @@ class _Series:
                 self.initial.add(first)
                 self.chosen.add(best)
 
-    def build(self, kind: Literal["score", "metric"], name: str, rows: int) -> Measure:
+    def build(self, measured: Literal["score", "metric"], name: str, rows: int) -> Measure:
         reached: list[Cell] = []
         carried: list[Cell] = []
         stopped = _Mean()  # records that stopped before t, at their last value
@@ -266,9 +266,9 @@ class _Series:
             reached.append(here.cell())
             carried.append((self.carried[t] if t < len(self.carried) else _Mean()).cell(stopped))
         return Measure(
-            kind=kind,
+            measured=measured,
             name=name,
-            rate=kind == "metric" and not self.nonbool,
+            rate=measured == "metric" and not self.nonbool,
             reached=tuple(reached),
             carried=tuple(carried),
             initial=self.initial.cell(),
@@ -307,10 +307,10 @@ class _Quality:
     def measures(self) -> tuple[Measure, ...]:
         rows = len(self.reached)
         out = []
-        for (kind, name), series in self.series.items():
+        for (measured, name), series in self.series.items():
             if any(m.n for m in series.reached):  # a measure no record ever had is no column
-                out.append(series.build(kind, name, rows))
-        out.sort(key=lambda m: m.kind != "score")  # stable: metrics keep first-seen order
+                out.append(series.build(measured, name, rows))
+        out.sort(key=lambda m: m.measured != "score")  # stable: metrics keep first-seen order
         return tuple(out)
 
 
@@ -359,7 +359,7 @@ class Summary:
         self.latency: dict[str, Reservoir] = {}
         self.errors: Counter[str] = Counter()
         self.retried: Counter[str] = Counter()
-        self.kinds: Counter[str] = Counter()
+        self.call_kinds: Counter[str] = Counter()
         self.tiers: Counter[str] = Counter()
         self.answers = _Spends()
         self.feedback = _Spends()
@@ -397,7 +397,7 @@ class Summary:
                 continue
             role = str(step.get("role"))
             if step.get("response") is not None:  # a call made (not one that failed for good)
-                self.kinds[
+                self.call_kinds[
                     str(step.get("kind") or ("feedback" if role == "feedback" else "answer"))
                 ] += 1
                 if step.get("service_tier"):
@@ -448,7 +448,7 @@ class Summary:
             latency={role: self.latency[role].freeze() for role in order},
             step_errors=dict(self.errors),
             retried=dict(self.retried),
-            kinds=dict(self.kinds.most_common()),
+            call_kinds=dict(self.call_kinds.most_common()),
             answer_spend=self.answers.freeze(),
             feedback_spend=self.feedback.freeze(),
             skipped_lines=found.skipped_lines,

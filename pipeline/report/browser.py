@@ -84,7 +84,7 @@ def _call(step: Mapping[str, Any], pricing: Pricing) -> dict[str, Any]:
         "tokens": [integer(used.get("prompt_tokens")), integer(used.get("completion_tokens"))],
         "latency": None if seconds is None else round(seconds[0], 4),
         "attempts": integer(step.get("attempts"), 1),
-        # each attempt's HTTP status (or failure kind), when there was more than one
+        # each attempt's HTTP status (or failure category), when there was more than one
         "tries": [str(t[0]) for t in tries if isinstance(t, list) and t]
         if isinstance(tries, list)
         else None,
@@ -94,7 +94,7 @@ def _call(step: Mapping[str, Any], pricing: Pricing) -> dict[str, Any]:
 
 
 def _default_kind(step: Mapping[str, Any]) -> str:
-    """The kind of a step in a trace written before steps had kinds."""
+    """The call kind of a step in a trace written before steps had one."""
     return "feedback" if step.get("role") == "feedback" else "answer"
 
 
@@ -417,7 +417,7 @@ class Browser:
         if self.main is not None:
             sources += [slot.best_first() for slot in self.slots[self.main]]
         picked: dict[str, Candidate] = {}
-        # Round robin: each kind gets an equal share while it has candidates left.
+        # Round robin: each reason gets an equal share while it has candidates left.
         for why, cand in _round_robin(sources):
             if len(picked) >= self.detail_limit:
                 break

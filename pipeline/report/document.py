@@ -17,12 +17,12 @@ from .payoff import Rates, reasoning, recommend
 __all__ = [
     "Block",
     "Bullets",
-    "Code",
     "Heading",
     "Image",
     "Para",
     "Table",
     "Text",
+    "Verbatim",
     "build",
     "dollars",
     "measure_value",
@@ -32,13 +32,13 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class Code:
+class Verbatim:
     """A literal (a file name, a stop reason, a command), shown in a fixed-width font."""
 
     text: str
 
 
-Inline = str | Code
+Inline = str | Verbatim
 Text = Inline | tuple[Inline, ...]
 
 
@@ -164,11 +164,11 @@ def _header(r: RunReport) -> list[Block]:
         Table(
             ("", ""),
             (
-                ("run directory", Code(str(run.run_dir))),
-                ("job", Code(run.job)),
-                ("model", Code(run.model)),
+                ("run directory", Verbatim(str(run.run_dir))),
+                ("job", Verbatim(run.job)),
+                ("model", Verbatim(run.model)),
                 ("state", run.state + (f" ({when})" if when else "")),
-                ("input", Code(run.input_path)),
+                ("input", Verbatim(run.input_path)),
                 ("records", f"{finished}, {pending}"),
                 ("unreadable input lines", f"{run.bad_lines:,} (errors.jsonl)"),
                 (
@@ -268,9 +268,9 @@ def _changes(r: RunReport) -> list[Block]:
                 f"{measure_value(m, m.chosen.mean)}, mean gain {measure_value(m, m.gain, '+')} "
                 f"(over {m.chosen.n:,} records with both values)."
             )
-        elif m.kind == "score":
+        elif m.measured == "score":
             items.append("score (critic): no record has a score both initially and when chosen.")
-    if not any(m.kind == "score" for m in r.measures):
+    if not any(m.measured == "score" for m in r.measures):
         items.append("No critic scores were recorded, so no score gain.")
     return [*out, Bullets(tuple(items))]
 
@@ -413,7 +413,7 @@ def _runs(r: RunReport) -> list[Block]:
     out += [
         Table(
             ("reason", "records", "share"),
-            tuple((Code(k), f"{v:,}", share(v, finished)) for k, v in r.stop_reasons.items()),
+            tuple((Verbatim(k), f"{v:,}", share(v, finished)) for k, v in r.stop_reasons.items()),
         ),
         Image("stop_reasons", "stop reasons"),
     ]
@@ -443,7 +443,7 @@ def _runs(r: RunReport) -> list[Block]:
     ]
 
 
-_STRATEGY_KINDS = ("sample", "restart", "copy_retry")
+_STRATEGY_CALL_KINDS = ("sample", "restart", "copy_retry")
 
 
 def _latency(r: RunReport) -> list[Block]:
@@ -455,7 +455,7 @@ def _latency(r: RunReport) -> list[Block]:
             ("role", "calls", "mean", "p50", "p90", "p99", "max", "retried", "with error"),
             tuple(
                 (
-                    Code(role),
+                    Verbatim(role),
                     f"{d.count:,}",
                     seconds(d.mean),
                     seconds(d.quantile(0.5)),
@@ -469,9 +469,9 @@ def _latency(r: RunReport) -> list[Block]:
             ),
         )
     )
-    if r.kinds:
-        kinds = ", ".join(f"{kind} {n:,}" for kind, n in r.kinds.items())
-        strategies = sum(n for kind, n in r.kinds.items() if kind in _STRATEGY_KINDS)
+    if r.call_kinds:
+        kinds = ", ".join(f"{kind} {n:,}" for kind, n in r.call_kinds.items())
+        strategies = sum(n for kind, n in r.call_kinds.items() if kind in _STRATEGY_CALL_KINDS)
         extra = f"{strategies:,} from opt-in strategies" if strategies else "none from a strategy"
         out.append(Para(f"Calls by kind: {kinds} ({extra}; repair re-asks a cut-off call)."))
     if any(d.count > len(d.sample) for d in r.latency.values()):
@@ -495,5 +495,5 @@ def build(report: RunReport) -> list[Block]:
         *_costs(report),
         *_runs(report),
         *_latency(report),
-        Para(("Generated ", now_iso(), " by ", Code("refine report"), ".")),
+        Para(("Generated ", now_iso(), " by ", Verbatim("refine report"), ".")),
     ]

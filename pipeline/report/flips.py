@@ -135,7 +135,7 @@ def values_at(line: Mapping[str, Any]) -> dict[str, list[tuple[float, bool] | No
 
 
 class _Count:
-    """Comparisons of one kind: better, worse, same, and the values before that were 1 or 0."""
+    """Comparisons of one measure: better, worse, same, and the values before that were 1 or 0."""
 
     __slots__ = ("better", "ones", "same", "worse", "zeros")
 
@@ -308,7 +308,7 @@ class Flips:
             return
         a, b = built[first], built[chosen]
         self.compared += 1
-        self.below += self.job.kind.rank(b) < self.job.kind.rank(a)
+        self.below += self.job.answer_kind.rank(b) < self.job.answer_kind.rank(a)
 
     def report(self) -> FlipReport:
         """The counts, once every line has been read."""

@@ -19,7 +19,7 @@ from typing import Any, Final
 import orjson
 
 from .aggregate import RunReport
-from .document import Block, Bullets, Code, Heading, Image, Para, Table, Text, build
+from .document import Block, Bullets, Heading, Image, Para, Table, Text, Verbatim, build
 
 __all__ = ["CSP", "png_uri", "render_html"]
 
@@ -37,7 +37,7 @@ def _asset(name: str) -> str:
 def _inline(text: Text) -> str:
     parts = text if isinstance(text, tuple) else (text,)
     return "".join(
-        f"<code>{html.escape(p.text)}</code>" if isinstance(p, Code) else html.escape(p)
+        f"<code>{html.escape(p.text)}</code>" if isinstance(p, Verbatim) else html.escape(p)
         for p in parts
     )
 

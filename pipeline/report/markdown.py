@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from .aggregate import RunReport
-from .document import Block, Bullets, Code, Heading, Image, Para, Table, Text, build
+from .document import Block, Bullets, Heading, Image, Para, Table, Text, Verbatim, build
 
 __all__ = ["render_markdown"]
 
@@ -17,7 +17,7 @@ _SPACE: Final = re.compile(r"\s+")  # a newline in a value would end the table r
 def _inline(text: Text) -> str:
     out = []
     for part in text if isinstance(text, tuple) else (text,):
-        if isinstance(part, Code):
+        if isinstance(part, Verbatim):
             # A backtick inside would end the code span early.
             out.append("`" + " ".join(part.text.split()).replace("`", "'") + "`")
         else:

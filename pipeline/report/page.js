@@ -35,8 +35,8 @@
     return node;
   }
 
-  function badge(text, kind) {
-    return el("span", { class: "badge" + (kind ? " " + kind : "") }, text);
+  function badge(text, style) {
+    return el("span", { class: "badge" + (style ? " " + style : "") }, text);
   }
 
   function number(value) {
@@ -186,8 +186,8 @@
 
   function roundFilter() {
     if (!state.round) return null;
-    const [kind, t] = state.round.split(":");
-    return { kind, t: Number(t) };
+    const [direction, t] = state.round.split(":");
+    return { direction, t: Number(t) };
   }
 
   function keep(i) {
@@ -199,7 +199,7 @@
     const round = roundFilter();
     if (round) {
       const step = (valueAt(i, round.t) - valueAt(i, round.t - 1)) * better();
-      if (Number.isNaN(step) || (round.kind === "worse" ? step >= 0 : step <= 0)) return false;
+      if (Number.isNaN(step) || (round.direction === "worse" ? step >= 0 : step <= 0)) return false;
     }
     const a = first[i], b = last[i];
     switch (state.change) {

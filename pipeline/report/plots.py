@@ -158,7 +158,9 @@ def plot_all(figure: type[Figure], r: RunReport, out: Path) -> dict[str, str]:
 
     if r.done:
         for i, m in enumerate(r.measures):
-            stem = "by-iteration-score" if m.kind == "score" else f"by-iteration-{_slug(m.name)}"
+            stem = (
+                "by-iteration-score" if m.measured == "score" else f"by-iteration-{_slug(m.name)}"
+            )
             _plot_measure(figure, m, r.rows, name(f"measure-{i}", stem))
         _plot_iterations(
             figure, r.iterations, r.chosen_iterations, name("iterations", "iterations")

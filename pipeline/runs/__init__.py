@@ -7,7 +7,7 @@
     urls        where a run's calls go: its endpoints, kept between invocations
     restart     a run with no successful call, started over by a corrected command
     rundir      the run directory's files, lock and progress snapshot
-    store       the checkpoint journal: the source of truth for resume, compacted
+    journal     the checkpoint journal: the source of truth for resume, compacted
     outputs     outputs.jsonl, traces.jsonl, errors.jsonl
     traces      a record's calls read back, each request rebuilt as sent
     tally       what a run has used: records, calls, tokens, dollars
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .clients import ClientPlan, Endpoint, open_client
     from .manifest import Manifest
     from .rundir import RunDir
-    from .session import EXIT, CallCounts, RunSummary, Session, StopReason
+    from .session import EXIT, CallCounts, Halt, RunSummary, Session
     from .settings import Settings, effective_job, resolve
 
 # Imported when first asked for (PEP 562): a reader of one file (refine status, show)
@@ -37,7 +37,7 @@ _LAZY = {
     **dict.fromkeys(("ClientPlan", "Endpoint", "open_client"), ".clients"),
     "Manifest": ".manifest",
     "RunDir": ".rundir",
-    **dict.fromkeys(("EXIT", "CallCounts", "RunSummary", "Session", "StopReason"), ".session"),
+    **dict.fromkeys(("EXIT", "CallCounts", "Halt", "RunSummary", "Session"), ".session"),
     **dict.fromkeys(("Settings", "effective_job", "resolve"), ".settings"),
 }
 
@@ -54,12 +54,12 @@ __all__ = [
     "CallCounts",
     "ClientPlan",
     "Endpoint",
+    "Halt",
     "Manifest",
     "RunDir",
     "RunSummary",
     "Session",
     "Settings",
-    "StopReason",
     "effective_job",
     "open_client",
     "resolve",

@@ -21,7 +21,7 @@ import orjson
 from ..core.steps import Outcome
 from ..core.trace import trace_line
 from ..errors import InputError, StoreError
-from .store import line_id, repair_tail
+from .journal import line_id, repair_tail
 
 __all__ = ["RAW_LIMIT", "KeyedJsonl", "Outputs", "rejected_lines"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import orjson
 
 from ..errors import StoreError
+from .journal import read_steps
 from .rundir import RunDir
-from .store import read_steps
 
 __all__ = ["made_no_call", "start_over"]
 
@@ -22,7 +22,7 @@ def made_no_call(rd: RunDir) -> bool:
     """Whether no model call of the run in ``rd`` ever succeeded (and no batch was sent)."""
     if rd.batches_path.exists() and rd.batches_path.stat().st_size:
         return False
-    steps = read_steps(rd.checkpoint_path, set())
+    steps = read_steps(rd.journal_path, set())
     if any(steps.values()):
         return False
     if rd.outputs_path.exists():
@@ -43,7 +43,7 @@ def start_over(rd: RunDir) -> None:
         rd.outputs_path,
         rd.traces_path,
         rd.errors_path,
-        rd.checkpoint_path,
+        rd.journal_path,
         rd.progress_path,
     ):
         try:

@@ -74,8 +74,8 @@ class RunDir:
         return self.path / "manifest.json"
 
     @property
-    def checkpoint_path(self) -> Path:
-        """The checkpoint journal."""
+    def journal_path(self) -> Path:
+        """The journal (``checkpoint.jsonl``: the name older runs resume from)."""
         return self.path / "checkpoint.jsonl"
 
     @property

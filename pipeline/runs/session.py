@@ -1,9 +1,9 @@
-"""One invocation of a run: its files, counters, budget, stop state and record stream.
+"""One invocation of a run: its files, counters, budget, halt state and record stream.
 
 ``Session`` is what every backend's driver (real time, Batch API, Ray) runs records
 through: the records to run (finished ones skipped, bad lines to errors.jsonl), the journal
 every step goes to, the outputs a finished record goes to, progress, and why the run
-stopped, with the exit status that maps to. ``CallCounts`` is what a driver reports of its
+halted (``Halt``), with the exit status that maps to. ``CallCounts`` is what a driver reports of its
 clients for progress and the summary.
 """
 
@@ -31,12 +31,12 @@ from ..errors import AuthError, BudgetReached, ConfigError, InputError, StoreErr
 from ..io.records import count_records, read_records
 from .exits import EXIT
 from .hooks import HookWatch
+from .journal import Journal
 from .manifest import Manifest
 from .outputs import Outputs
 from .progress import Counters, Progress
 from .rundir import RunDir
 from .shards import shard_of
-from .store import Journal
 from .tally import tally
 from .traces import read_traces, resumable
 
@@ -44,13 +44,13 @@ __all__ = [
     "EXIT",
     "CallCounts",
     "CountingSink",
+    "Halt",
+    "Halting",
     "Rejected",
     "RunSummary",
     "Session",
-    "StopReason",
-    "Stopping",
     "conclude",
-    "stop_reason_of",
+    "halt_of",
 ]
 
 log = logging.getLogger("refine")
@@ -61,8 +61,8 @@ READ_BATCH = 256
 PROGRESS_EVERY_S = 1.0
 
 
-class StopReason(enum.Enum):
-    """Why a run stopped before finishing its records, with the exit status it maps to."""
+class Halt(enum.Enum):
+    """Why a run halted before finishing its records, with the exit status it maps to."""
 
     AUTH = "auth"
     UNAVAILABLE = "unavailable"
@@ -103,49 +103,49 @@ class RunSummary:
 
 
 @dataclass(slots=True)
-class Stopping:
-    """The first reason the run was told to stop, and the error that said so."""
+class Halting:
+    """The first reason the run was told to halt, and the error that said so."""
 
-    reason: StopReason | None = None
+    reason: Halt | None = None
     error: BaseException | None = None
 
-    def set(self, reason: StopReason, error: BaseException) -> None:
-        """Record a reason to stop; the first one wins."""
+    def set(self, reason: Halt, error: BaseException) -> None:
+        """Record a reason to halt; the first one wins."""
         if self.reason is None:
             self.reason, self.error = reason, error
 
     @property
-    def stopping(self) -> bool:
-        """Whether the run has been told to stop."""
+    def requested(self) -> bool:
+        """Whether the run has been told to halt."""
         return self.reason is not None
 
 
-def stop_reason_of(err: BaseException) -> StopReason:
-    """The stop reason an error that ends the run maps to."""
+def halt_of(err: BaseException) -> Halt:
+    """The halt an error that ends the run maps to."""
     if isinstance(err, AuthError):
-        return StopReason.AUTH
+        return Halt.AUTH
     if isinstance(err, UnavailableError):
-        return StopReason.UNAVAILABLE
+        return Halt.UNAVAILABLE
     if isinstance(err, StoreError):
-        return StopReason.STORE
+        return Halt.STORE
     if isinstance(err, BudgetReached):
-        return StopReason.BUDGET
-    return StopReason.FATAL
+        return Halt.BUDGET
+    return Halt.FATAL
 
 
-def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | None]:
+def conclude(halting: Halting, failed: int, bad: int) -> tuple[str, int, str | None]:
     """The run's final state, exit status and message."""
-    reason, err = stop.reason, stop.error
-    if reason is StopReason.SIGNAL:
+    reason, err = halting.reason, halting.error
+    if reason is Halt.SIGNAL:
         return (
             "interrupted",
             reason.exit_code,
             f"interrupted ({err}); every completed call is saved: "
             "run the same command again, or `refine resume`, to continue",
         )
-    if reason is StopReason.BUDGET:
+    if reason is Halt.BUDGET:
         return "stopped", reason.exit_code, f"stopped: {err}"
-    if reason is StopReason.DETACHED:
+    if reason is Halt.DETACHED:
         return "waiting", reason.exit_code, str(err)
     if reason is not None:
         return "stopped", reason.exit_code, f"stopped: {err}"
@@ -166,7 +166,7 @@ def conclude(stop: Stopping, failed: int, bad: int) -> tuple[str, int, str | Non
 
 
 class Session:
-    """One invocation of a run: its files, counters, budget, stop state and record stream."""
+    """One invocation of a run: its files, counters, budget, halt state and record stream."""
 
     def __init__(
         self,
@@ -191,11 +191,11 @@ class Session:
             "refine": manifest.model,
             "feedback": manifest.critic,
         }
-        self.stop = Stopping()
+        self.halting = Halting()
         self.outputs = Outputs(rd.path, log.warning)
         self.outputs.sync()  # what the journal may drop below must be on disk first
         self.journal = Journal(
-            rd.checkpoint_path, fsync=self.settings.fsync, durable=self.outputs.sync_records
+            rd.journal_path, fsync=self.settings.fsync, durable=self.outputs.sync_records
         )
         self._reopen_failed()
         self.prior = self.journal.load(self.outputs.finished, log.warning)
@@ -228,8 +228,8 @@ class Session:
         return CountingSink(self.journal, self.counters, self.hooks, self.halt)
 
     def halt(self, err: BaseException) -> None:
-        """Stop the run now, records in flight included (they stay pending): exit 2."""
-        self.stop.set(StopReason.FATAL, err)
+        """Halt the run now, records in flight included (they stay pending): exit 2."""
+        self.halting.set(Halt.FATAL, err)
         if self._scope is not None:
             self._scope.cancel()
 
@@ -262,7 +262,7 @@ class Session:
         s = self.settings
         items = read_records(self.input_path, self.job.inputs, s.id_field)
         rejected = Rejected(self.outputs.errors.keys)
-        while not self.stop.stopping:
+        while not self.halting.requested:
             batch: list[Record | InputError] = await anyio.to_thread.run_sync(
                 lambda: list(islice(items, READ_BATCH))
             )
@@ -283,7 +283,7 @@ class Session:
                     if item.id in self.outputs.finished:
                         continue
                     await send(item)
-                    if self.stop.stopping:
+                    if self.halting.requested:
                         return
             finally:
                 self._forget_fixed(rejected.take())
@@ -332,7 +332,7 @@ class Session:
         scope: anyio.CancelScope,
         install_signal_handlers: bool,
     ) -> None:
-        """Publish progress every second; with signal handlers, stop cleanly on SIGINT/SIGTERM."""
+        """Publish progress every second; with signal handlers, halt cleanly on SIGINT/SIGTERM."""
         self._scope = scope
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.count_input)
@@ -345,7 +345,7 @@ class Session:
     async def _signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
             async for signum in received:
-                self.stop.set(StopReason.SIGNAL, KeyboardInterrupt(signal.Signals(signum).name))
+                self.halting.set(Halt.SIGNAL, KeyboardInterrupt(signal.Signals(signum).name))
                 scope.cancel()
                 return
 
@@ -365,9 +365,9 @@ class Session:
         self.outputs.close()
         failed = self.outputs.outputs.counts.get("failed", 0)
         bad = len(self.outputs.errors.keys)
-        state, code, message = conclude(self.stop, failed, bad)
+        state, code, message = conclude(self.halting, failed, bad)
         self.rd.write_progress({"pid": os.getpid(), "state": state, **c.snapshot(), **self.live})
-        return RunSummary(self.rd.path, c, code, state, message, self.stop.error)
+        return RunSummary(self.rd.path, c, code, state, message, self.halting.error)
 
 
 class Rejected:

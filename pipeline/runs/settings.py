@@ -73,6 +73,10 @@ class Settings:
     # the isolation programs need (weak: run them without a missing kernel layer); one
     # invocation's choice, never inherited by `refine resume`
     sandbox: SandboxMode = SandboxMode.STRICT
+    # What chose the loop's settings, when `refine calibrate` did: the arm run (--plan) and
+    # the calibration.json read (by --plan or --max-iters auto). Recorded, never compared.
+    plan: str | None = None
+    calibration: str | None = None
 
     def base_urls(self) -> tuple[str, ...]:
         """The generator's endpoints: ``base_url``, one or several (none: OpenAI's).
@@ -164,8 +168,8 @@ def effective_job(job: Job, settings: Settings) -> Job:
     if settings.repair is not None:
         strategies = replace(strategies, repair=settings.repair)
     select = settings.select or job.select
-    if select != "default" and select not in job.kind.selections:
-        known = ", ".join(["default", *job.kind.selections])
+    if select != "default" and select not in job.answer_kind.selections:
+        known = ", ".join(["default", *job.answer_kind.selections])
         raise ConfigError(f"--select {select}: job {job.name!r} offers {known}")
     return replace(job, strategies=strategies, select=select)
 

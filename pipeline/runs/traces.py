@@ -20,8 +20,8 @@ import orjson
 from ..core.steps import Step
 from ..core.trace import steps_of
 from ..errors import RunDirError, StoreError
+from .journal import line_id, read_record
 from .rundir import RunDir
-from .store import line_id, read_record
 
 __all__ = ["AFTER_ID", "RecordTrace", "find_trace", "read_traces", "resumable", "trace_steps"]
 
@@ -101,5 +101,5 @@ def find_trace(rd: RunDir, record_id: str) -> RecordTrace | None:
         marks = obj["steps"]
         chosen = next((i for i, s in enumerate(marks) if s.get("chosen")), None)
         return RecordTrace(record_id, tuple(steps), True, chosen)
-    journaled = read_record(rd.checkpoint_path, record_id)
+    journaled = read_record(rd.journal_path, record_id)
     return RecordTrace(record_id, tuple(journaled), False) if journaled else None

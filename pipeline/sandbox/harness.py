@@ -268,10 +268,10 @@ def __refine_calls__(sources, per_call_s):
         except BaseException as err:
             # An error class of the code's own is shown with its built-in base: the
             # request may name the base ("raises RomanError(ValueError)").
-            kind = type(err)
-            base = next((c for c in kind.__mro__ if c.__module__ == "builtins"), kind)
-            shown_base = "" if base is kind else "(" + base.__name__ + ")"
-            text = "raises " + kind.__name__ + shown_base
+            raised = type(err)
+            base = next((c for c in raised.__mro__ if c.__module__ == "builtins"), raised)
+            shown_base = "" if base is raised else "(" + base.__name__ + ")"
+            text = "raises " + raised.__name__ + shown_base
         results.append(clean(text)[: RESULT_CHARS - len(said)] + said)
     return results
 """

@@ -20,8 +20,8 @@ __all__ = [
     "KERNEL_LAYERS",
     "Confinement",
     "Layer",
-    "Policy",
     "SandboxMode",
+    "SandboxPolicy",
     "current_mode",
     "use_mode",
 ]
@@ -51,7 +51,7 @@ ALL_LAYERS = frozenset(Layer)
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
+class SandboxPolicy:
     """How one program is confined: the mode, and the layers asked for (all, normally;
     ``refine sandbox`` asks for fewer to show what each one stops)."""
 

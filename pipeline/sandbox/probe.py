@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SandboxError
-from .policy import KERNEL_LAYERS, Confinement, Layer, Policy, SandboxMode
+from .policy import KERNEL_LAYERS, Confinement, Layer, SandboxMode, SandboxPolicy
 from .process import run_python
 
 __all__ = ["Isolation", "probe", "require_isolation"]
@@ -63,7 +63,7 @@ def _reasons(missing: Mapping[Layer, str]) -> str:
 
 def probe(mode: SandboxMode) -> Isolation:
     """What a program gets here: one child confined with every layer the kernel has."""
-    result = run_python("", timeout_s=_PROBE_TIMEOUT_S, policy=Policy(SandboxMode.WEAK))
+    result = run_python("", timeout_s=_PROBE_TIMEOUT_S, policy=SandboxPolicy(SandboxMode.WEAK))
     confinement = result.confinement or Confinement(
         missing=dict.fromkeys(sorted(KERNEL_LAYERS), result.error or "the probe reported nothing")
     )

@@ -24,7 +24,7 @@ from typing import Final
 import orjson
 
 from ..core.pyast import parse_module
-from .policy import Confinement, Policy, SandboxMode, current_mode
+from .policy import Confinement, SandboxMode, SandboxPolicy, current_mode
 
 __all__ = ["MAX_DRAIN_BYTES", "MAX_OUTPUT_BYTES", "SandboxResult", "run_python", "syntax_problem"]
 
@@ -210,7 +210,7 @@ def run_python(
     memory_mb: int = 256,
     call: str | None = None,
     stderr_bytes: int = MAX_OUTPUT_BYTES,
-    policy: Policy | None = None,
+    policy: SandboxPolicy | None = None,
 ) -> SandboxResult:
     """Run ``code`` as ``__main__`` in a sandboxed child; then evaluate ``call``, if given.
 
@@ -229,12 +229,22 @@ def run_python(
         (work / "program.py").write_text(code, encoding="utf-8", errors="replace")
         (work / "stdin.txt").write_text(stdin, encoding="utf-8", errors="replace")
         return _run(
-            work, timeout_s, memory_mb, call or "", stderr_bytes, policy or Policy(current_mode())
+            work,
+            timeout_s,
+            memory_mb,
+            call or "",
+            stderr_bytes,
+            policy or SandboxPolicy(current_mode()),
         )
 
 
 def _run(
-    work: Path, timeout_s: float, memory_mb: int, call: str, stderr_bytes: int, policy: Policy
+    work: Path,
+    timeout_s: float,
+    memory_mb: int,
+    call: str,
+    stderr_bytes: int,
+    policy: SandboxPolicy,
 ) -> SandboxResult:
     cpu_s = math.ceil(timeout_s) + 1  # the wall-clock deadline normally fires first
     result_r, result_w = os.pipe()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import orjson
 
 from .harness import CALLS_HARNESS, MARK, TEST_HARNESS
-from .policy import Policy
+from .policy import SandboxPolicy
 from .process import MAX_DRAIN_BYTES, run_python
 
 __all__ = [
@@ -52,7 +52,7 @@ def run_tests(
     timeout_s: float = TESTS_TIMEOUT_S,
     per_test_s: float = TESTS_PER_TEST_S,
     memory_mb: int = TESTS_MEMORY_MB,
-    policy: Policy | None = None,
+    policy: SandboxPolicy | None = None,
 ) -> TestsRun:
     """Run ``code``, then each test (Python source) in its namespace, each one on its own.
 
@@ -103,7 +103,7 @@ def run_calls(
     timeout_s: float = TESTS_TIMEOUT_S,
     per_call_s: float = 0.5,
     memory_mb: int = TESTS_MEMORY_MB,
-    policy: Policy | None = None,
+    policy: SandboxPolicy | None = None,
 ) -> tuple[str, ...] | None:
     """Run ``code``, then evaluate each call expression in its namespace: what each gave,
     as text (its repr, followed by `` [argument 1 changed]`` when the call changed a

@@ -59,7 +59,7 @@ def test_score_by_iteration_reached_and_carried_forward(
     outputs = [record(f"r{i}", s, chosen=0) for i, s in enumerate(scores)]
     report = summarize(make_run(tmp_path / "run", outputs))
     score = by_name(report)["score"]
-    assert score.kind == "score" and not score.rate
+    assert score.measured == "score" and not score.rate
     check(score.reached, reached)
     check(score.carried, carried)
     assert report.reached_records == reached_records

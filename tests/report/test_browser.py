@@ -103,7 +103,7 @@ def test_record_detail_keeps_a_cut_off_answer_asked_again_aside() -> None:
 
 def test_record_detail_keeps_a_strategys_other_drafts_aside() -> None:
     """Of an iteration's drafts (strategy samples), the one marked as the iteration's answer
-    is shown as such; the others are kept aside, with their kind."""
+    is shown as such; the others are kept aside, with their call kind."""
     steps = [
         step("generate", 0, output="draft", iteration_answer=True),
         step("refine", 1, output="first", kind="answer"),
@@ -231,7 +231,7 @@ def test_large_runs_embed_failed_improved_worsened_lowest_then_first() -> None:
     ]
     meta, _, details = finished(feed(Browser(MODEL, detail_limit=5), lines))
     assert meta["selection"] == "chosen" and meta["total"] == 8 and meta["listed"] == 8
-    # Round 1 takes the head of each kind: fail, up-big, down, low (the lowest final value,
+    # Round 1 takes the head of each reason: fail, up-big, down, low (the lowest final value,
     # 0.5); round 2 the next most improved: up-small.
     assert {rid: d["why"] for rid, d in details.items()} == {
         "fail": "failed",

@@ -120,7 +120,7 @@ def test_limits_are_stated_with_the_way_to_narrow(tmp_path: Path) -> None:
     traces = [{"id": f"r{i}", "steps": [step("generate", 0, output="x")]} for i in range(12)]
     run_dir = make_run(tmp_path / "run", lines, traces)
     text = write_report(run_dir, details=4, listed=6).html.read_text(encoding="utf-8")
-    # Embedded (one of each kind in turn): r9 most improved, r5 most worsened, r0 lowest final,
+    # Embedded (one of each reason in turn): r9 most improved, r5 most worsened, r0 lowest final,
     # r3 next most improved. r9 is past the 6 listed rows, so it is listed too.
     assert "12 finished records; 7 listed below" in text
     assert "at most 6 records" in text and "at most 4 records" in text

@@ -163,7 +163,7 @@ def test_unpriced_run_has_no_cost_table_and_says_what_is_unknown(tmp_path: Path)
 
 
 def test_calls_are_counted_by_kind(tmp_path: Path) -> None:
-    """The report counts calls by kind, telling the method's from repairs and strategies;
+    """The report counts calls by call kind, telling the method's from repairs and strategies;
     a call that failed for good is no call made."""
     steps = [
         step("generate", 0, kind="answer"),
@@ -173,6 +173,6 @@ def test_calls_are_counted_by_kind(tmp_path: Path) -> None:
     ]
     run_dir = make_run(tmp_path / "run", [record("r1", [3.0])], [{"id": "r1", "steps": steps}])
     report = summarize(run_dir)
-    assert report.kinds == {"answer": 1, "sample": 1, "feedback": 1}
+    assert report.call_kinds == {"answer": 1, "sample": 1, "feedback": 1}
     md = render_markdown(report)
     assert "Calls by kind: answer 1, sample 1, feedback 1 (1 from opt-in strategies" in md

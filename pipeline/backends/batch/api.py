@@ -5,7 +5,7 @@
 driver is the one retry layer, and tries a failed request again at its next poll (a
 ``batches.create`` whose outcome is unknown is first looked for by its token, never
 blindly repeated). Failures are translated here into the package's errors: 401/403 into
-AuthError, everything else into a CallError carrying the status or the failure kind.
+AuthError, everything else into a CallError carrying the status or the failure's category.
 ``Sides`` holds a run's endpoints by side (generator, critic), ``open_sides`` opens them.
 """
 
@@ -20,8 +20,8 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 import openai
 
-from ...client.chat import error_message, redact
 from ...client.reach import PREFLIGHT_S, preflight
+from ...client.replies import error_message, redact
 from ...client.retry import classify_status
 from ...core.steps import Role
 from ...errors import AuthError, CallError

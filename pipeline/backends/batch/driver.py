@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
-from ...client.attempts import Attempts, FailRecord, Retry, StopRun
+from ...client.attempts import Attempts, FailRecord, HaltRun, Retry
 from ...client.context import context_window, overflow
 from ...client.formats import FormatLadder
 from ...client.limits import estimate_tokens
@@ -49,13 +49,13 @@ from ...errors import (
     RefineError,
     StoreError,
 )
-from ...runs.session import CallCounts, Session, StopReason, stop_reason_of
+from ...runs.session import CallCounts, Halt, Session, halt_of
 from .api import BatchInfo, OpenAIBatchAPI, Side, Sides
 from .batches import Batches
 from .config import BatchConfig
 from .control import Control
 from .ledger import Entry, Ledger
-from .lines import LINE_OVERHEAD, Answer, read_result, request_body, split
+from .lines import LINE_OVERHEAD, LineReply, read_result, request_body, split
 from .window import Held, Window
 
 __all__ = ["BatchDriver"]
@@ -99,7 +99,7 @@ class BatchDriver:
             poll=self.settings.poll,
             clock=clock,
         )
-        self.stopped: StopRun | None = None  # a line stops the run (the key refused): after
+        self.halted: HaltRun | None = None  # a line halts the run (the key refused): after
         # the batch's other lines are saved
         self.calls = 0  # batch lines answered and checkpointed
         self.retries = 0  # failed lines sent again in a later batch
@@ -116,14 +116,14 @@ class BatchDriver:
     # -- the rounds ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Run rounds until every record is done, the run stops, or it detaches."""
+        """Run rounds until every record is done, the run halts, or it detaches."""
         send, receive = anyio.create_memory_object_stream[Record](0)
         async with receive, anyio.create_task_group() as tg:
             tg.start_soon(self._produce, send)
             try:
                 await self._rounds(receive)
             except (FatalCallError, StoreError, BatchFailed, BudgetReached) as err:
-                self.session.stop.set(stop_reason_of(err), err)
+                self.session.halting.set(halt_of(err), err)
             finally:
                 tg.cancel_scope.cancel()
 
@@ -132,23 +132,23 @@ class BatchDriver:
             await self.session.records(send.send)
 
     async def _rounds(self, receive: ObjectReceiveStream[Record]) -> None:
-        stop = self.session.stop
+        halting = self.session.halting
         self.ledger.compact(self._pending)
         await self.batches.reconcile()
         live = self.ledger.state.live_calls().items()
-        # Calls applied before a stop (their batch not yet marked collected) are not awaited.
+        # Calls applied before a halt (their batch not yet marked collected) are not awaited.
         self.window.live = {rid: call for rid, call in live if self._pending(rid, call[1])}
-        while not stop.stopping:
+        while not halting.requested:
             await self._fill(receive)
             await self._poll()
-            if self.stopped is not None:
-                raise self.stopped.error from self.stopped.cause
+            if self.halted is not None:
+                raise self.halted.error from self.halted.cause
             await self._submit()
             self._publish()
             if self._done():
                 return
             if self.settings.detach:
-                stop.set(StopReason.DETACHED, RefineError(self._detach_message()))
+                halting.set(Halt.DETACHED, RefineError(self._detach_message()))
                 return
             await self.sleep(self.settings.poll)
 
@@ -271,7 +271,7 @@ class BatchDriver:
                 for index, (rid, n, level) in enumerate(entry.calls):
                     held = self.window.held.get(rid)
                     if held is None or held.token != entry.token or len(held.steps) != n:
-                        continue  # applied before a stop, or its record is done
+                        continue  # applied before a halt, or its record is done
                     tg.start_soon(apply, held, level, results.get(index))
         except* StoreError as group:
             raise group.exceptions[0] from group
@@ -309,8 +309,8 @@ class BatchDriver:
             return
         request = call.request
         sent, _ = self.formats.request(request.messages, request.schema, level)
-        if isinstance(result, Answer):
-            await self._answered(held, self.sides.named(entry.side), info, sent, result, latency)
+        if isinstance(result, LineReply):
+            await self._replied(held, self.sides.named(entry.side), info, sent, result, latency)
             return
         self._release(held)
         attempts.failed(result, latency)
@@ -318,38 +318,38 @@ class BatchDriver:
         # No outage breaker and no waits here: a retried line goes out in the next batch,
         # whatever the verdict's delay.
         verdict = attempts.after(result, sent, level, ladder=ladder)
-        if isinstance(verdict, StopRun):
-            self.stopped = verdict  # once the batch's other lines are saved
+        if isinstance(verdict, HaltRun):
+            self.halted = verdict  # once the batch's other lines are saved
         elif isinstance(verdict, FailRecord):
             failure = call_failed(self.session.job, held.record, held.steps, call, verdict.error)
             self._finish(held, failure)
         elif isinstance(verdict, Retry):
             if verdict.counted:  # the ledger keeps it: a resumed call has used it up
-                failed.append((held.record.id, len(held.steps), result.status or result.kind))
+                failed.append((held.record.id, len(held.steps), result.status or result.category))
             self.retries += 1
         # A StepDown goes out in the next batch, at its lower level.
 
-    async def _answered(
+    async def _replied(
         self,
         held: Held,
         side: Side,
         info: BatchInfo,
         sent: list[dict[str, str]],
-        answer: Answer,
+        reply: LineReply,
         latency: float,
     ) -> None:
         call, attempts = held.call, held.attempts
         assert call is not None and attempts is not None
-        usage = answer.usage
+        usage = reply.usage
         tries = attempts.succeeded(latency)
         comp = Completion(
-            text=answer.text,
+            text=reply.text,
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             cached_tokens=usage["cached_tokens"],
             latency_s=latency,
             attempts=len(attempts.tries),
-            finish_reason=answer.finish_reason,
+            finish_reason=reply.finish_reason,
             messages=sent,
             model=side.model,
             tries=tries,
@@ -370,7 +370,7 @@ class BatchDriver:
         self._advance(held)
 
     async def _refused(self, entry: Entry, info: BatchInfo) -> None:
-        """A batch failed at validation: its calls wait (a token limit) or the run stops."""
+        """A batch failed at validation: its calls wait (a token limit) or the run halts."""
         for held in self.window.carried(entry):
             held.token = None
             self._release(held)

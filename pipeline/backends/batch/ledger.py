@@ -30,7 +30,7 @@ from typing import IO, Any
 import orjson
 
 from ...errors import StoreError
-from ...runs.store import repair_tail
+from ...runs.journal import repair_tail
 
 __all__ = ["Entry", "Ledger", "LedgerState", "custom_ids", "read_ledger"]
 
@@ -73,8 +73,8 @@ class LedgerState:
 
     def apply(self, event: Mapping[str, Any]) -> None:
         """Move the state on by one event (unknown events, from newer versions, are ignored)."""
-        kind = event.get("e")
-        if kind == "intent":
+        event_name = event.get("e")
+        if event_name == "intent":
             calls = [(str(c[0]), int(c[1]), int(c[2])) for c in event["calls"]]
             entry = Entry(
                 str(event["token"]),
@@ -88,30 +88,30 @@ class LedgerState:
             self.rounds = max(self.rounds, entry.round)
             self.calls_seen += len(calls)
             return
-        if kind == "failures":
+        if event_name == "failures":
             for rid, n, statuses in event["calls"]:
                 self.failures.setdefault((str(rid), int(n)), []).extend(statuses)
             return
-        if kind == "rounds":
+        if event_name == "rounds":
             self.rounds = max(self.rounds, int(event["round"]))
             return
         found = self.entries.get(str(event.get("token")))
         if found is None:
             return
         entry = found
-        if kind == "uploaded":
+        if event_name == "uploaded":
             entry.file_id = str(event["file_id"])
             entry.files.append(entry.file_id)
-        elif kind == "created":
+        elif event_name == "created":
             entry.batch_id = str(event["batch_id"])
-        elif kind == "cancel":
+        elif event_name == "cancel":
             entry.cancelled = True
-        elif kind == "collected":
+        elif event_name == "collected":
             entry.collected = True
             entry.files.extend(str(f) for f in event.get("files") or ())
             for rid, n, status in event.get("failed") or ():
                 self.failures.setdefault((str(rid), int(n)), []).append(status)
-        elif kind == "closed":
+        elif event_name == "closed":
             del self.entries[entry.token]
             self.closed += 1
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from ...client.chat import read_answer
+from ...client.replies import read_reply
 from ...client.retry import classify_status
 from ...core.steps import Request
 from ...errors import AuthError, CallError
@@ -23,7 +23,7 @@ from .api import ENDPOINT
 __all__ = [
     "LINE_OVERHEAD",
     "UNFINISHED_CODES",
-    "Answer",
+    "LineReply",
     "custom_id",
     "input_line",
     "line_index",
@@ -95,16 +95,16 @@ def split(sizes: Sequence[int], max_lines: int, max_bytes: int) -> list[tuple[in
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
-    """A line the provider answered: the completion's text, finish reason and usage."""
+class LineReply:
+    """The reply a batch line carries: the completion's text, finish reason and usage."""
 
     text: str
     finish_reason: str | None
     usage: Mapping[str, int]
 
 
-def read_result(line: Mapping[str, Any]) -> Answer | CallError | None:
-    """What one output or error line says: an answer, the call's failure, or None (never run).
+def read_result(line: Mapping[str, Any]) -> LineReply | CallError | None:
+    """What one output or error line says: a reply, the call's failure, or None (never run).
 
     A failure carries the HTTP status the line reports, so the real-time retry policy
     decides what follows: 429/5xx retried, 401/403 stop the run, other 4xx fail the record.
@@ -128,10 +128,10 @@ def read_result(line: Mapping[str, Any]) -> Answer | CallError | None:
             return AuthError("auth", text, status=code)
         return CallError(f"http_{code}", text, status=code)
     try:
-        answer = read_answer(body)
+        reply = read_reply(body)
     except CallError as err:
         return err
-    return Answer(answer["text"], answer["finish_reason"], answer["usage"])
+    return LineReply(reply["text"], reply["finish_reason"], reply["usage"])
 
 
 def _message(body: Any) -> str:

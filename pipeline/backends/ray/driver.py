@@ -3,14 +3,14 @@
 The driver keeps what a single process keeps, the reader, the checkpoint journal and the
 output files, so no filesystem is shared and resume is unchanged. Each worker runs up to
 ``--concurrency`` records; the driver keeps one ``exchange`` call in flight per worker
-(see ``messages``): it journals the steps a reply brings, acknowledges them in the next
+(see ``messages``): it journals the steps a report brings, acknowledges them in the next
 orders, writes finished records, refills the worker, and answers its asks for time slots
 (``pacing``) and budget reservations (``spending``).
 
 A worker process that dies (``RayActorError``) loses only its calls in flight: its records
 go back to the queue with every step the driver journaled for them and run on the next
 worker with room, while Ray restarts the process (up to MAX_RESTARTS times). An error that
-stops the run (401, unknown model, outage, budget) stops every worker from starting new
+halts the run (401, unknown model, outage, budget) stops every worker from starting new
 calls; their calls in flight finish and are journaled, and the run exits with the status a
 single process would. A driver that dies leaves a journal like a single process does.
 """
@@ -36,11 +36,11 @@ from ...core.steps import Step
 from ...core.trace import step_of
 from ...errors import BudgetReached, ConfigError, StoreError, UnavailableError
 from ...runs.clients import ClientPlan
-from ...runs.session import CallCounts, Session, StopReason, stop_reason_of
+from ...runs.session import CallCounts, Halt, Session, halt_of
 from .connect import connect
 from .jobfiles import JobFiles
-from .messages import Assignment, Crashed, Finished, Halted, Orders, Reply, Saved
-from .pacing import answer
+from .messages import Assignment, Crashed, Finished, Halted, Orders, Report, Saved
+from .pacing import grant
 from .spending import Accounts, reached
 from .worker import Worker, WorkerSpec
 
@@ -163,12 +163,12 @@ class _Run:
         try:
             await self.dispatch.produce()
         except StoreError as err:
-            self.stop(StopReason.STORE, err)
+            self.halt(Halt.STORE, err)
 
-    def stop(self, reason: StopReason, err: BaseException) -> None:
-        """Stop the run: workers start no new call (after a store error, links leave at once)."""
-        self.session.stop.set(reason, err)
-        if reason is StopReason.STORE:
+    def halt(self, reason: Halt, err: BaseException) -> None:
+        """Halt the run: workers start no new call (after a journal error, links leave at once)."""
+        self.session.halting.set(reason, err)
+        if reason is Halt.STORE:
             self.aborted = True
         self.dispatch.changed()
 
@@ -227,17 +227,17 @@ class _Link:
 
         run, session = self.run, self.run.session
         while not self.gone and not run.aborted:
-            stopping = session.stop.stopping
-            if stopping and not self.running:
+            halting = session.halting.requested
+            if halting and not self.running:
                 return
-            if not stopping and run.dispatch.finished:
+            if not halting and run.dispatch.finished:
                 return
             if self.instance is None:
                 await self._start()
                 continue
             free = run.concurrency - len(self.running)
-            assign = [] if stopping else run.dispatch.take(free)
-            owed = self.acks or any(self.waits) or self.accounts.answers
+            assign = [] if halting else run.dispatch.take(free)
+            owed = self.acks or any(self.waits) or self.accounts.decisions
             if not assign and not self.running and not owed:
                 await run.dispatch.wait()
                 continue
@@ -249,18 +249,18 @@ class _Link:
                 tuple(assign),
                 self.waits,
                 self.accounts.take(),
-                stop=stopping,
+                halt=halting,
             )
             self.acks, self.waits = [], ()
             try:
-                reply: Reply = await self.handle.exchange.remote(orders)
+                report: Report = await self.handle.exchange.remote(orders)
             except ray.exceptions.RayActorError as err:
                 self._lost(_first_line(err))
                 continue
-            if reply.instance != self.instance:
+            if report.instance != self.instance:
                 self._lost("its process was restarted")
                 continue
-            await self._absorb(reply)
+            await self._absorb(report)
             run.publish()
 
     async def _start(self) -> None:
@@ -286,7 +286,7 @@ class _Link:
             self.gone = True
             cause = err.cause if err.cause is not None else err
             failed = ConfigError(f"Ray worker {self.index} cannot start: {cause}")
-            self.run.stop(StopReason.FATAL, failed)
+            self.run.halt(Halt.FATAL, failed)
 
     def _lost(self, why: str) -> None:
         """The worker process died: its records go back to the queue with their steps."""
@@ -312,22 +312,22 @@ class _Link:
             log.warning("Ray worker %d died %d times: given up", self.index, self.deaths)
         self.run.publish()
 
-    async def _absorb(self, reply: Reply) -> None:
-        """Journal the reply's steps, write its finished records, answer its asks."""
+    async def _absorb(self, report: Report) -> None:
+        """Journal the report's steps, write its finished records, answer its asks."""
         run, session = self.run, self.run.session
-        self.pid, self.node = reply.pid, reply.node
-        self.stats = (reply.calls, reply.retries, reply.rate_limited)
-        saves = [e for e in reply.events if isinstance(e, Saved)]
+        self.pid, self.node = report.pid, report.node
+        self.stats = (report.calls, report.retries, report.rate_limited)
+        saves = [e for e in report.events if isinstance(e, Saved)]
         if saves and not await self._journal(saves):
             return
-        for event in reply.events:
+        for event in report.events:
             if isinstance(event, Finished):
                 running = self.running.pop(event.outcome.record.id)
                 steps = (*running.steps, *event.outcome.steps)
                 try:
                     session.finish(replace(event.outcome, steps=steps))
                 except StoreError as err:
-                    run.stop(StopReason.STORE, err)
+                    run.halt(Halt.STORE, err)
                     return
                 run.dispatch.done_with()
             elif isinstance(event, Halted):
@@ -337,16 +337,16 @@ class _Link:
                     failure = event.error.error()
                     if isinstance(failure, BudgetReached):
                         failure = reached(session.budget)
-                    run.stop(stop_reason_of(failure), failure)
+                    run.halt(halt_of(failure), failure)
             elif isinstance(event, Crashed):
                 raise RuntimeError(
                     f"Ray worker {self.index} failed on record {event.record_id}:\n{event.text}"
                 )
         self.waits = tuple(
-            answer(limiter, ask) for limiter, ask in zip(run.limiters, reply.pace, strict=False)
+            grant(limiter, ask) for limiter, ask in zip(run.limiters, report.pace, strict=False)
         )
-        self.accounts.settle(reply.settled)
-        self.accounts.ask(reply.reserve)
+        self.accounts.settle(report.settled)
+        self.accounts.ask(report.reserve)
 
     async def _journal(self, saves: list[Saved]) -> bool:
         """Journal the steps (one group commit) and charge them; False when that failed."""
@@ -371,7 +371,7 @@ class _Link:
         except* StoreError as group:
             failed = group.exceptions[0]  # type: ignore[assignment]
         if failed is not None:
-            self.run.stop(StopReason.STORE, failed)
+            self.run.halt(Halt.STORE, failed)
             return False
         if not self.run.budgeted:  # under --budget the settlements add up instead
             for step in steps:
@@ -411,7 +411,7 @@ class RayDriver:
                     await conn.close()
 
     def counts(self) -> CallCounts:
-        """Calls, retries and 429s of the workers' clients, as their last replies said."""
+        """Calls, retries and 429s of the workers' clients, as their last reports said."""
         return CallCounts() if self._run is None else self._run.counts
 
     async def run(self) -> None:
@@ -447,9 +447,9 @@ class RayDriver:
                         for link in run.links:
                             links.start_soon(link.serve)
                     tg.cancel_scope.cancel()  # the reader may be waiting for room in the queue
-                if not run.dispatch.finished and not session.stop.stopping:
-                    run.stop(
-                        StopReason.UNAVAILABLE,
+                if not run.dispatch.finished and not session.halting.requested:
+                    run.halt(
+                        Halt.UNAVAILABLE,
                         UnavailableError(
                             "workers",
                             "no Ray worker is left (each died or could not start; see the "

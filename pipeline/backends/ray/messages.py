@@ -1,10 +1,10 @@
 """What the driver and a Ray worker say to each other.
 
-The driver keeps one call in flight per worker, ``Worker.exchange(Orders) -> Reply``.
-The orders carry acknowledgements of journaled steps, records to run, answers to the
-worker's asks (time slots, budget reservations) and whether to stop; the reply carries what
+The driver keeps one call in flight per worker, ``Worker.exchange(Orders) -> Report``.
+The orders carry acknowledgements of journaled steps, records to run, decisions on the
+worker's asks (time slots, budget reservations) and whether to halt; the report carries what
 happened since (steps to journal, records finished or halted, calls settled) and the
-worker's new asks. Time slots asked in a reply are answered by the very next orders, in
+worker's new asks. Time slots asked in a report are answered by the very next orders, in
 order; a reservation is answered by its number, later when it has to wait for money.
 Everything here crosses process boundaries: plain values only (errors too, see WireError).
 """
@@ -27,13 +27,13 @@ __all__ = [
     "Halted",
     "Orders",
     "PaceAsk",
-    "Reply",
+    "Report",
     "Saved",
     "WireError",
 ]
 
 # How long a worker with records in flight holds an exchange open when it has nothing to
-# say yet: the longest the driver waits to tell it something (stop, new limits).
+# say yet: the longest the driver waits to tell it something (halt, new limits).
 POLL_S = 0.25
 
 _FATAL: dict[str, type[FatalCallError]] = {
@@ -49,7 +49,7 @@ class WireError:
 
     type: str  # the class name: AuthError, UnavailableError, FatalCallError or BudgetReached
     message: str
-    kind: str = ""
+    category: str = ""
     status: int | None = None
 
     @classmethod
@@ -58,13 +58,15 @@ class WireError:
         if isinstance(err, BudgetReached):
             return cls("BudgetReached", str(err))
         name = next((n for n, t in _FATAL.items() if type(err) is t), "FatalCallError")
-        return cls(name, str(err), err.kind, err.status)
+        return cls(name, str(err), err.category, err.status)
 
     def error(self) -> FatalCallError | BudgetReached:
         """The error again, as the driver raises or reports it."""
         if self.type == "BudgetReached":
             return BudgetReached(self.message)
-        return _FATAL.get(self.type, FatalCallError)(self.kind, self.message, status=self.status)
+        return _FATAL.get(self.type, FatalCallError)(
+            self.category, self.message, status=self.status
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,7 @@ class Finished:
 
 @dataclass(frozen=True, slots=True)
 class Halted:
-    """A record's loop stopped unfinished: by an error that stops the run, or a stop request."""
+    """A record's loop stopped unfinished: by an error that halts the run, or a halt request."""
 
     record_id: str
     error: WireError | None = None
@@ -141,12 +143,12 @@ class Orders:
     assign: tuple[Assignment, ...] = ()
     waits: tuple[tuple[float, ...], ...] = ()  # per client, seconds before each asked slot
     reserved: tuple[tuple[int, bool], ...] = ()  # per reservation asked for: held, or refused
-    stop: bool = False  # start no more calls; finish those in flight
+    halt: bool = False  # start no more calls; finish those in flight
     poll_s: float = POLL_S
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class Report:
     """A worker to the driver."""
 
     instance: str

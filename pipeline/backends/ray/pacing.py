@@ -3,8 +3,8 @@
 The driver keeps one ``Limiter`` per model (generator, critic), the same GCRA pacer a
 single process uses, so ``--rpm``/``--tpm``, limits adopted from headers and the slow-down
 after a 429 behave exactly as they do there, for the whole cluster at once. A worker's
-client gets a ``RemoteLimiter``: a request waiting to be sent joins the worker's next reply
-to the driver, which books every waiting request of that reply at once and answers each
+client gets a ``RemoteLimiter``: a request waiting to be sent joins the worker's next report
+to the driver, which books every waiting request of that report at once and answers each
 with the seconds to wait. So there is one round trip per block of requests, never one per
 request, and none at all while the run has no limit. Waits are relative to the driver's
 clock when it booked them: a slot reaches the worker a little late, never early, so the
@@ -20,16 +20,16 @@ import anyio
 from ...client.limits import Booking, Limiter
 from .messages import PaceAsk
 
-__all__ = ["RATE_HEADERS", "RemoteLimiter", "answer"]
+__all__ = ["RATE_HEADERS", "RemoteLimiter", "grant"]
 
 RATE_HEADERS = tuple(
-    f"x-ratelimit-{what}-{kind}"
+    f"x-ratelimit-{what}-{bucket}"
     for what in ("limit", "remaining", "reset")
-    for kind in ("requests", "tokens")
+    for bucket in ("requests", "tokens")
 )
 
 
-class _Slot:
+class _SlotAsk:
     """One request waiting for its time slot."""
 
     __slots__ = ("granted", "max_tokens", "prompt", "wait")
@@ -67,19 +67,19 @@ class RemoteLimiter:
         self.rate_limited = 0
         self._wake = wake  # tells the worker it has something to say
         self._sleep = sleep
-        self._waiting: list[_Slot] = []  # not yet asked for
-        self._asked: list[_Slot] = []  # asked for in the last reply
+        self._waiting: list[_SlotAsk] = []  # not yet asked for
+        self._asked: list[_SlotAsk] = []  # asked for in the last report
         self._correction = 0
         self._headers: list[dict[str, str]] = []
         self._refused: list[float | None] = []
-        self._limits: dict[str, str] = {}  # the limit headers last passed on, by kind
+        self._limits: dict[str, str] = {}  # the limit headers last passed on, by bucket
 
     async def acquire(self, prompt_estimate: int, max_tokens: int) -> Booking:
         """Wait for a time slot (at once, while the run has no limit)."""
         booking = Booking(prompt_estimate, prompt_estimate + max_tokens)
         if not self.limited:
             return booking
-        slot = _Slot(prompt_estimate, max_tokens)
+        slot = _SlotAsk(prompt_estimate, max_tokens)
         self._waiting.append(slot)
         self._wake()
         await slot.granted.wait()
@@ -96,12 +96,12 @@ class RemoteLimiter:
         """Pass on headers that say something new: another limit, or a budget spent."""
         picked = {k: v for k in RATE_HEADERS if (v := headers.get(k)) is not None}
         news = False
-        for kind in ("requests", "tokens"):
-            limit = picked.get(f"x-ratelimit-limit-{kind}")
-            if limit is not None and self._limits.get(kind) != limit:
-                self._limits[kind] = limit
+        for bucket in ("requests", "tokens"):
+            limit = picked.get(f"x-ratelimit-limit-{bucket}")
+            if limit is not None and self._limits.get(bucket) != limit:
+                self._limits[bucket] = limit
                 self.limited = news = True
-            if picked.get(f"x-ratelimit-remaining-{kind}", "").strip() == "0":
+            if picked.get(f"x-ratelimit-remaining-{bucket}", "").strip() == "0":
                 news = True
         if news:
             self._headers.append(picked)
@@ -115,11 +115,11 @@ class RemoteLimiter:
 
     @property
     def waiting(self) -> bool:
-        """Whether requests or news wait for the next reply."""
+        """Whether requests or news wait for the next report."""
         return bool(self._waiting or self._headers or self._refused)
 
     def take(self) -> PaceAsk:
-        """Everything to tell the driver in this reply; the waiting requests are now asked for."""
+        """Everything to tell the driver in this report; the waiting requests are now asked for."""
         asking, self._waiting = self._waiting, []
         self._asked.extend(asking)
         ask = PaceAsk(
@@ -134,16 +134,16 @@ class RemoteLimiter:
         return ask
 
     def grant(self, waits: tuple[float, ...]) -> None:
-        """The driver's answer to the last ask: each asked request's wait, in order."""
+        """The driver's grant of the last ask: each asked request's wait, in order."""
         asked, self._asked = self._asked, []
         for slot, wait in zip(asked, waits, strict=False):
             slot.wait = wait
             slot.granted.set()
-        # Unanswered (the answer was lost with a driver call): ask again, never send unbooked.
+        # Ungranted (the grant was lost with a driver call): ask again, never send unbooked.
         self._waiting[:0] = asked[len(waits) :]
 
 
-def answer(limiter: Limiter, ask: PaceAsk | None) -> tuple[float, ...]:
+def grant(limiter: Limiter, ask: PaceAsk | None) -> tuple[float, ...]:
     """Apply a worker's news to the cluster's limiter and book its requests: their waits."""
     if ask is None:
         return ()

@@ -43,7 +43,7 @@ from .messages import (
     Finished,
     Halted,
     Orders,
-    Reply,
+    Report,
     Saved,
     WireError,
 )
@@ -65,12 +65,12 @@ class WorkerSpec:
     budgeted: bool  # the run has a --budget: every request reserves against the driver's
 
 
-class _Stopping(Exception):
-    """The run is stopping: a loop starts no further call (it never leaves this module)."""
+class _Halted(Exception):
+    """The run is halting: a loop starts no further call (it never leaves this module)."""
 
 
 class _Gate:
-    """A model client that refuses to start a call once the run is stopping."""
+    """A model client that refuses to start a call once the run is halting."""
 
     __slots__ = ("_client", "_session")
 
@@ -83,8 +83,8 @@ class _Gate:
         return self._client.model
 
     async def complete(self, request: Request) -> Completion:
-        if self._session.stopping:
-            raise _Stopping
+        if self._session.halting:
+            raise _Halted
         return await self._client.complete(request)
 
 
@@ -114,7 +114,7 @@ class _Session:
         self.job = effective_job(job, s)
         self.sandbox = s.sandbox
         self.policy = Policy(s.max_iters or 0, s.min_iters, s.checks)
-        self.stopping = False  # the driver said stop: loops start no further call
+        self.halting = False  # the driver said halt: loops start no further call
         self.outbox: list[Event] = []
         self.unacked: dict[int, anyio.Event] = {}
         self.known: dict[str, int] = {}  # per record: steps the driver has journaled
@@ -141,7 +141,7 @@ class _Session:
         self._changed.set()
 
     def emit(self, event: Event) -> None:
-        """Queue an event for the next reply."""
+        """Queue an event for the next report."""
         self.outbox.append(event)
         self.wake()
 
@@ -169,7 +169,7 @@ class _Session:
                 )
         except (FatalCallError, BudgetReached) as err:
             self.emit(Halted(rid, WireError.of(err)))
-        except _Stopping:
+        except _Halted:
             self.emit(Halted(rid))
         except Exception:
             self.emit(Crashed(rid, traceback.format_exc()))
@@ -181,7 +181,7 @@ class _Session:
             del self.known[rid]
 
     def has_news(self) -> bool:
-        """Whether the next reply has something to say."""
+        """Whether the next report has something to say."""
         budget = self.remote_budget
         return bool(
             self.outbox
@@ -243,12 +243,12 @@ class Worker:
             for client in session.clients:
                 await client.aclose()
 
-    async def exchange(self, req: Orders) -> Reply:
+    async def exchange(self, req: Orders) -> Report:
         """Take the driver's news, wait a little for ours, and return it."""
         s = self._session
         if s is None or req.instance != self.instance:
             # Meant for an earlier process of this actor: its acks and records mean nothing here.
-            return Reply(self.instance, os.getpid(), self.node)
+            return Report(self.instance, os.getpid(), self.node)
         for seq in req.acks:
             journaled = s.unacked.pop(seq, None)
             if journaled is not None:
@@ -256,9 +256,9 @@ class Worker:
         for limiter, waits in zip(s.limiters, req.waits, strict=False):
             limiter.grant(waits)
         if s.remote_budget is not None:
-            s.remote_budget.answer(req.reserved)
-        if req.stop:
-            s.stopping = True
+            s.remote_budget.decided(req.reserved)
+        if req.halt:
+            s.halting = True
         assert s.task_group is not None
         for a in req.assign:
             s.active += 1
@@ -267,7 +267,7 @@ class Worker:
         events, s.outbox = tuple(s.outbox), []
         reserve, settled = s.remote_budget.take() if s.remote_budget is not None else ((), ())
         calls, retries, limited = s.stats()
-        return Reply(
+        return Report(
             self.instance,
             os.getpid(),
             self.node,

@@ -20,7 +20,7 @@ from ...core.records import Record
 from ...core.steps import ModelClient
 from ...errors import BudgetReached, FatalCallError, StoreError
 from ...runs.clients import ClientPlan, open_client
-from ...runs.session import CallCounts, Session, StopReason, stop_reason_of
+from ...runs.session import CallCounts, Halt, Session, halt_of
 from ...runs.settings import Settings
 from .pool import run_pool
 
@@ -123,7 +123,7 @@ class RealTimeDriver:
                     prior=session.take_prior(record.id),
                 )
             except BudgetReached as err:
-                session.stop.set(StopReason.BUDGET, err)  # the record stays pending
+                session.halting.set(Halt.BUDGET, err)  # the record stays pending
                 return
             finally:
                 session.counters.in_flight -= 1
@@ -133,4 +133,4 @@ class RealTimeDriver:
             await run_pool(produce, work, session.settings.concurrency)
         except* (FatalCallError, StoreError) as group:
             err = group.exceptions[0]
-            session.stop.set(stop_reason_of(err), err)
+            session.halting.set(halt_of(err), err)

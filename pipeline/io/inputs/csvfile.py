@@ -28,24 +28,24 @@ FALSE = frozenset({"false", "0", "no"})
 CELL_LIMIT = 1 << 30  # characters in one cell (the csv default, 128 KiB, is too few for programs)
 
 
-def cell_value(text: str, kind: str) -> Any:
-    """The value of a CSV cell for a job field of type ``kind``; ValueError says why not."""
+def cell_value(text: str, type_: str) -> Any:
+    """The value of a CSV cell for a job field of type ``type_``; ValueError says why not."""
     if text == "":
         return None
-    if kind == "string":
+    if type_ == "string":
         return text
     stripped = text.strip()
-    if kind == "string-list":
+    if type_ == "string-list":
         value = _json(stripped)
         if not isinstance(value, list):
             raise ValueError('expected a JSON list in the cell, such as ["a", "b"]')
         return value
-    if kind == "integer":
+    if type_ == "integer":
         try:
             return int(stripped)
         except ValueError:
             raise ValueError(f"expected an integer, got {text!r}") from None
-    if kind == "number":
+    if type_ == "number":
         try:
             return int(stripped)
         except ValueError:
@@ -54,7 +54,7 @@ def cell_value(text: str, kind: str) -> Any:
             return float(stripped)
         except ValueError:
             raise ValueError(f"expected a number, got {text!r}") from None
-    if kind == "boolean":
+    if type_ == "boolean":
         lowered = stripped.lower()
         if lowered in TRUE or lowered in FALSE:
             return lowered in TRUE
@@ -115,7 +115,7 @@ def csv_rows(stream: io.BufferedIOBase, inputs: Sequence[InputField]) -> Iterato
         yield from _rows(csv.reader(text), {f.name: f.type for f in inputs})
 
 
-def _rows(rows: Iterator[list[str]], kinds: dict[str, str]) -> Iterator[Row | InputError]:
+def _rows(rows: Iterator[list[str]], types: dict[str, str]) -> Iterator[Row | InputError]:
     header: list[str] | None = None
     number = 0
     while True:
@@ -137,11 +137,11 @@ def _rows(rows: Iterator[list[str]], kinds: dict[str, str]) -> Iterator[Row | In
         number += 1
         if not cells or (len(cells) == 1 and not cells[0].strip()):
             continue
-        yield _row(number, header, cells, kinds)
+        yield _row(number, header, cells, types)
 
 
 def _row(
-    number: int, header: list[str], cells: list[str], kinds: dict[str, str]
+    number: int, header: list[str], cells: list[str], types: dict[str, str]
 ) -> Row | InputError:
     if len(cells) != len(header):
         err = InputError(number, f"{len(cells)} cells, but the header has {len(header)}")
@@ -155,12 +155,12 @@ def _row(
         return err
     values: dict[str, Any] = {}
     for name, text in zip(header, cells, strict=True):
-        kind = kinds.get(name)
-        if kind is None:
+        type_ = types.get(name)
+        if type_ is None:
             values[name] = text
             continue
         try:
-            values[name] = cell_value(text, kind)
+            values[name] = cell_value(text, type_)
         except ValueError as reason:
             err = InputError(number, str(reason), name)
             err.raw = ",".join(cells)

@@ -15,9 +15,9 @@ from typing import Literal
 
 from ...errors import ConfigError
 
-__all__ = ["ACCEPTED", "Compression", "InputFormat", "Kind", "detect", "sniff"]
+__all__ = ["ACCEPTED", "Compression", "FormatName", "InputFormat", "detect", "sniff"]
 
-Kind = Literal["jsonl", "csv", "parquet"]
+FormatName = Literal["jsonl", "csv", "parquet"]
 Compression = Literal["gzip", "bzip2", "xz", "zstd"]
 
 ACCEPTED = (
@@ -54,24 +54,24 @@ EXTRAS = {"zstd": ("zstandard", "zstd"), "parquet": ("pyarrow", "parquet")}
 
 @dataclass(frozen=True, slots=True)
 class InputFormat:
-    """How an input file is read: its kind and the compression around it."""
+    """How an input file is read: its format's name and the compression around it."""
 
-    kind: Kind
+    name: FormatName
     compression: Compression | None = None
 
     def describe(self) -> str:
         """A short human name, e.g. ``JSONL (gzip)``."""
-        name = {"jsonl": "JSONL", "csv": "CSV", "parquet": "Parquet"}[self.kind]
-        return f"{name} ({self.compression})" if self.compression else name
+        shown = {"jsonl": "JSONL", "csv": "CSV", "parquet": "Parquet"}[self.name]
+        return f"{shown} ({self.compression})" if self.compression else shown
 
 
-def sniff(head: bytes, tail: bytes, name: str) -> InputFormat | str:
-    """The format of a file from its first bytes, last 4 bytes and name, or why it is refused."""
+def sniff(head: bytes, tail: bytes, filename: str) -> InputFormat | str:
+    """The format of a file from its first bytes, last 4 bytes and file name, or why not."""
     if head.startswith(PARQUET_MAGIC):
         if tail != PARQUET_MAGIC:
             return "a damaged or incomplete Parquet file (no footer)"
         return InputFormat("parquet")
-    suffixes = [s.lower() for s in Path(name).suffixes]
+    suffixes = [s.lower() for s in Path(filename).suffixes]
     if suffixes and suffixes[-1] in COMPRESSED_SUFFIXES:
         suffixes.pop()  # the content says whether it is compressed, not the name
     last = suffixes[-1] if suffixes else ""
@@ -109,7 +109,7 @@ def detect(path: Path) -> InputFormat:
     found = sniff(head, tail, path.name)
     if isinstance(found, str):
         raise ConfigError(f"{path} is {found}; {ACCEPTED}")
-    need = found.kind if found.kind == "parquet" else found.compression
+    need = found.name if found.name == "parquet" else found.compression
     if need in EXTRAS:
         module, extra = EXTRAS[need]
         if importlib.util.find_spec(module) is None:

@@ -34,12 +34,12 @@ _LEFT_OUT = b"\x00rejected\n"  # stands for a rejected line in the digest of the
 def fingerprint(path: Path) -> dict[str, Any]:
     """What identifies the input at ``path`` (stored in the manifest)."""
     fmt = detect(path)
-    if fmt.kind == "parquet":
+    if fmt.name == "parquet":
         return parquet_identity(path)
     with open_bytes(path, fmt.compression) as fh:
         head = _head(fh, HEAD_BYTES)
     return {
-        "format": fmt.kind,
+        "format": fmt.name,
         "head_bytes": len(head),
         "head_sha256": hashlib.sha256(head).hexdigest(),
     }
@@ -51,9 +51,9 @@ def same_input(path: Path, recorded: dict[str, Any]) -> bool:
         fmt = detect(path)
     except ConfigError:
         return False
-    if fmt.kind != recorded.get("format", "jsonl"):  # manifests before Parquet: JSONL
+    if fmt.name != recorded.get("format", "jsonl"):  # manifests before Parquet: JSONL
         return False
-    if fmt.kind == "parquet":
+    if fmt.name == "parquet":
         quick = parquet_identity(path, digest=False)
         if all(recorded.get(k) == v for k, v in quick.items()):
             return True
@@ -87,7 +87,7 @@ def kept_lines(path: Path, rejected: Collection[int]) -> dict[str, Any]:
     in place: how many whole lines its first MiB holds, and their digest without those.
     Empty for other formats, or when no line was rejected."""
     fmt = detect(path)
-    if not rejected or fmt.kind != "jsonl":
+    if not rejected or fmt.name != "jsonl":
         return {}
     with open_bytes(path, fmt.compression) as fh:
         head = _head(fh, HEAD_BYTES + 1)
@@ -108,7 +108,7 @@ def fixed_in_place(path: Path, recorded: Mapping[str, Any], rejected: Collection
         fmt = detect(path)
     except ConfigError:
         return False
-    if fmt.kind != "jsonl":
+    if fmt.name != "jsonl":
         return False
     lines: list[bytes] = []
     with open_bytes(path, fmt.compression) as fh:

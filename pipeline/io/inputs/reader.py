@@ -27,7 +27,7 @@ def check_input(path: Path) -> InputFormat:
     CSV without a usable header row, and a Parquet file whose metadata cannot be read.
     """
     fmt = detect(path)
-    if fmt.kind == "parquet":
+    if fmt.name == "parquet":
         open_parquet(path)
         return fmt
     try:
@@ -37,7 +37,7 @@ def check_input(path: Path) -> InputFormat:
         raise ConfigError(f"{path}: cannot read it as {fmt.describe()}: {err}") from err
     if b"\x00" in head:
         raise ConfigError(f"{path} holds binary data inside its {fmt.compression}; {ACCEPTED}")
-    if fmt.kind == "csv":
+    if fmt.name == "csv":
         with open_bytes(path, fmt.compression) as fh:
             csv_header(fh, str(path))
     return fmt
@@ -49,11 +49,11 @@ def read_rows(path: Path, inputs: Sequence[InputField] = ()) -> Iterator[Row | I
     ``inputs`` are the job's fields: they type a CSV cell (other formats carry types).
     """
     fmt = detect(path)
-    if fmt.kind == "parquet":
+    if fmt.name == "parquet":
         yield from parquet_rows(path)
         return
     with open_bytes(path, fmt.compression) as fh:
-        yield from csv_rows(fh, inputs) if fmt.kind == "csv" else jsonl_rows(fh)
+        yield from csv_rows(fh, inputs) if fmt.name == "csv" else jsonl_rows(fh)
 
 
 def count_rows(path: Path, tick: Callable[[], None] | None = None) -> int:
@@ -62,7 +62,7 @@ def count_rows(path: Path, tick: Callable[[], None] | None = None) -> int:
     Parquet's count is in its metadata; other formats are read through, calling ``tick``
     now and then (it may raise to stop the count, e.g. when the run is cancelled).
     """
-    if detect(path).kind == "parquet":
+    if detect(path).name == "parquet":
         return parquet_count(path)
     n = 0
     for n, _ in enumerate(read_rows(path), start=1):

@@ -42,13 +42,13 @@ _PR_SET_NO_NEW_PRIVS = 38
 
 
 def _limit(name: str, soft: int, hard: int) -> None:
-    kind = getattr(resource, name, None)
-    if kind is None:  # not on this system (RLIMIT_MSGQUEUE is Linux's)
+    which = getattr(resource, name, None)
+    if which is None:  # not on this system (RLIMIT_MSGQUEUE is Linux's)
         return
-    ceiling = resource.getrlimit(kind)[1]
+    ceiling = resource.getrlimit(which)[1]
     if ceiling != resource.RLIM_INFINITY:  # never ask for more than we may have
         soft, hard = min(soft, ceiling), min(hard, ceiling)
-    resource.setrlimit(kind, (soft, hard))
+    resource.setrlimit(which, (soft, hard))
 
 
 def _limits(memory: int, cpu: int) -> str:

@@ -13,25 +13,28 @@ crashes the server, context-length 400s, 429s without Retry-After, a spent quota
 run Batch API batches in scaled time with failed lines, expiry, cancellation and
 OpenAI's batch limits. It models OpenAI's prefix cache (``cached_tokens``) and the flex
 tier (slower, sometimes refused with 429 ``resource_unavailable``), and keeps its own bill
-(``Simulator.bill``, ``GET /v1/sim/bill``) to compare a run's reported cost with.
+(``Simulator.bill``, ``GET /v1/sim/bill``) to compare a run's reported cost with. Given an
+answer key (``SimConfig.answer_key``), it is a model that knows those questions' answers and
+gets them right at a set rate, one rate for first drafts and another for refinements.
 
 Use it in-process (``with Simulator(SimConfig(...)) as sim: ... sim.url``; a ``clock`` to
 advance by hand makes TTLs, outages and batches testable without sleeping) or as a separate
 process: ``python -m pipeline.testing.simulator --port 0 --latency 0.05`` prints one line
 ``listening http://127.0.0.1:PORT/v1`` once ready and serves until SIGTERM/SIGINT.
 
-Modules: ``config`` (SimConfig), ``content`` (the answers), ``engine`` (chat completions),
-``chatrequest`` (validating a request), ``faults`` (the faults real providers send),
-``caching`` (the prefix cache), ``tiers`` (service tiers and the bill), ``ratelimit``,
-``files`` and ``batches`` (the Batch API), ``anthropic`` (Anthropic's API), ``app``
-(routing), ``http`` (the HTTP/1.1 server), ``server`` (Simulator), ``log`` (RequestLog),
-``cli`` (main).
+Modules: ``config`` (SimConfig), ``content`` (the answers), ``answerkey`` (the answers of
+known questions), ``engine`` (chat completions), ``chatrequest`` (validating a request),
+``faults`` (the faults real providers send), ``caching`` (the prefix cache), ``tiers``
+(service tiers and the bill), ``ratelimit``, ``files`` and ``batches`` (the Batch API),
+``anthropic`` (Anthropic's API), ``app`` (routing), ``http`` (the HTTP/1.1 server),
+``server`` (Simulator), ``log`` (RequestLog), ``cli`` (main).
 """
 
+from .answerkey import AnswerKey
 from .cli import main
 from .config import SimConfig
 from .log import RequestLog
 from .server import Simulator
 from .tiers import Bill, Charge
 
-__all__ = ["Bill", "Charge", "RequestLog", "SimConfig", "Simulator", "main"]
+__all__ = ["AnswerKey", "Bill", "Charge", "RequestLog", "SimConfig", "Simulator", "main"]

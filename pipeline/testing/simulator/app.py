@@ -83,8 +83,8 @@ class App:
             if status == 413:
                 message = "Request exceeds the maximum allowed number of bytes."
             return anthropic_error(status, message, new_id("req_"))
-        kind = "server_error" if status >= 500 else "invalid_request_error"
-        return Reply(status, error_body(message, kind))
+        error_type = "server_error" if status >= 500 else "invalid_request_error"
+        return Reply(status, error_body(message, error_type))
 
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Reply:
         """Answer one request."""

@@ -16,8 +16,8 @@ from .engine import DEFAULT_COST_COMPLETION_TOKENS
 __all__ = [
     "MAX_REPORTED_ERRORS",
     "BatchLine",
+    "BatchPlan",
     "LineFate",
-    "Plan",
     "enqueued_tokens",
     "line_error",
     "make_plan",
@@ -61,7 +61,7 @@ def enqueued_tokens(body: dict[str, Any]) -> int:
 
 def _line_problem(item: dict[str, Any], number: int) -> dict[str, Any] | None:
     """The error of a decoded line whose envelope is wrong, else None."""
-    for name, kind in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):
+    for name, wanted in (("custom_id", str), ("method", str), ("url", str), ("body", dict)):
         if name not in item:
             return line_error(
                 "missing_required_parameter",
@@ -69,8 +69,8 @@ def _line_problem(item: dict[str, Any], number: int) -> dict[str, Any] | None:
                 number,
                 name,
             )
-        if not isinstance(item[name], kind) or (kind is str and not item[name]):
-            expected = "a JSON object" if kind is dict else "a non-empty string"
+        if not isinstance(item[name], wanted) or (wanted is str and not item[name]):
+            expected = "a JSON object" if wanted is dict else "a non-empty string"
             return line_error("invalid_request", f"'{name}' must be {expected}.", number, name)
     if item["method"] != "POST":
         return line_error(
@@ -181,7 +181,7 @@ class LineFate:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class BatchPlan:
     """How a validated batch runs: processing order, lines finished, expiry, each line's fate."""
 
     order: tuple[int, ...]
@@ -190,7 +190,7 @@ class Plan:
     fates: tuple[LineFate, ...]
 
 
-def make_plan(n: int, cfg: SimConfig, rng: random.Random) -> Plan:
+def make_plan(n: int, cfg: SimConfig, rng: random.Random) -> BatchPlan:
     """Draw the plan of an ``n``-line batch (a fixed number of draws per line)."""
     expires = rng.random() < cfg.p_batch_expire
     order = list(range(n))
@@ -203,4 +203,4 @@ def make_plan(n: int, cfg: SimConfig, rng: random.Random) -> Plan:
         status = statuses[int(pick * len(statuses))] if fail < cfg.p_line_fail else None
         fates.append(LineFate(status, cut < cfg.p_length, refuse < cfg.p_refusal))
     finish = math.floor(n * cfg.expire_fraction) if expires else n
-    return Plan(tuple(order), finish, expires, tuple(fates))
+    return BatchPlan(tuple(order), finish, expires, tuple(fates))

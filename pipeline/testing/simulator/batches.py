@@ -32,8 +32,8 @@ import orjson
 
 from .batch_input import (
     BatchLine,
+    BatchPlan,
     LineFate,
-    Plan,
     enqueued_tokens,
     line_error,
     make_plan,
@@ -47,9 +47,9 @@ from .replies import Reply, error_body, error_reply, json_reply, new_id, page, q
 __all__ = [
     "TERMINAL",
     "BatchLine",
+    "BatchPlan",
     "BatchStore",
     "LineFate",
-    "Plan",
     "enqueued_tokens",
     "make_plan",
     "parse_input",
@@ -90,7 +90,7 @@ class _Batch:
     status: str = "validating"
     started: float = 0.0
     lines: list[BatchLine] = field(default_factory=list)
-    plan: Plan | None = None
+    plan: BatchPlan | None = None
     done: int = 0
     total: int = 0
     model: str | None = None

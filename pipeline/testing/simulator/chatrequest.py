@@ -1,7 +1,7 @@
 """A chat-completion request, validated as OpenAI validates it.
 
 ``parse_chat`` turns a decoded request body into a ``ChatRequest`` (what answering it
-needs: the messages' texts, the prompt's tokens, the kind of answer, the service tier and
+needs: the messages' texts, the prompt's tokens, the reply format asked for, the service tier and
 the prompt cache key) or a ``Rejection`` (the status and OpenAI's error body).
 """
 
@@ -43,6 +43,7 @@ class ChatRequest:
     schema: Any
     tier: str | None = None  # the service_tier asked for
     cache_key: str | None = None  # the prompt_cache_key sent
+    temperature: float | None = None  # the temperature asked for (None: not sent)
 
     @property
     def cost(self) -> int:
@@ -71,19 +72,19 @@ def model_error(model: str) -> bytes:
 
 
 def _answer_mode(cfg: SimConfig, fmt: Any) -> tuple[AnswerMode, Any] | Rejection:
-    """The kind of answer ``response_format`` asks for, if the configured level supports it."""
+    """The reply format ``response_format`` asks for, if the configured level supports it."""
     if fmt is None:
         return "text", None
-    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    asked = fmt.get("type") if isinstance(fmt, dict) else None
     if cfg.structured == "none":
         return _bad(
             "Invalid parameter: 'response_format' is not supported by this server.",
             "response_format",
             "unsupported_parameter",
         )
-    if kind == "text":
+    if asked == "text":
         return "text", None
-    if kind == "json_schema" and cfg.structured == "json_schema":
+    if asked == "json_schema" and cfg.structured == "json_schema":
         spec = fmt.get("json_schema")
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
             return _bad(
@@ -92,10 +93,10 @@ def _answer_mode(cfg: SimConfig, fmt: Any) -> tuple[AnswerMode, Any] | Rejection
                 "missing_required_parameter",
             )
         return "json", spec.get("schema", {})
-    if kind == "json_object":
+    if asked == "json_object":
         return "json", fmt.get("schema")
     return _bad(
-        f"Invalid parameter: 'response_format' of type '{kind}' is not supported by this server.",
+        f"Invalid parameter: 'response_format' of type '{asked}' is not supported by this server.",
         "response_format",
         "unsupported_value",
     )
@@ -139,7 +140,12 @@ def parse_chat(cfg: SimConfig, parsed: Any) -> ChatRequest | Rejection:
         return options
     texts = [content_text(m.get("content")) for m in messages]
     prompt_tokens = estimate_tokens(sum(len(x) for x in texts))
-    return ChatRequest(model, messages, texts, prompt_tokens, limit, mode[0], mode[1], *options)
+    temperature = parsed.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        temperature = None
+    return ChatRequest(
+        model, messages, texts, prompt_tokens, limit, mode[0], mode[1], *options, temperature
+    )
 
 
 def _options(cfg: SimConfig, parsed: dict[str, Any]) -> tuple[str | None, str | None] | Rejection:

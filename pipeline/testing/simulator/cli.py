@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
+from .answerkey import AnswerKey
 from .config import FAULTS, STRUCTURED_LEVELS, SimConfig
 from .server import Simulator
 
@@ -229,9 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="answers the key's quota covers; then 429 insufficient_quota",
     )
     _add_cache_and_tiers(parser, d)
+    _add_answer_key(parser, d)
     _add_anthropic(parser, d)
     batch = parser.add_argument_group("Batch API (the timings and failures: Message Batches too)")
-    for flag, name, kind, help_ in (
+    for flag, name, convert, help_ in (
         ("--batch-validating", "batch_validating_s", float, "seconds a batch spends validating"),
         ("--batch-delay", "batch_delay_s", float, "seconds in progress (the completion delay)"),
         ("--batch-finalizing", "batch_finalizing_s", float, "seconds finalizing (or cancelling)"),
@@ -246,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         default = getattr(d, name)
         batch.add_argument(
-            flag, dest=name, type=kind, default=default, help=f"{help_} (default: {default})"
+            flag, dest=name, type=convert, default=default, help=f"{help_} (default: {default})"
         )
     batch.add_argument(
         "--no-batch-shuffle",
@@ -288,6 +290,35 @@ def _add_cache_and_tiers(parser: argparse.ArgumentParser, d: SimConfig) -> None:
         )
 
 
+def _add_answer_key(parser: argparse.ArgumentParser, d: SimConfig) -> None:
+    """A model that knows the answers to some questions, right at a set rate."""
+    group = parser.add_argument_group(
+        "a model that knows some answers",
+        "Requests about a question of --answer-key get a program-aided answer "
+        "(def solution(): return N), right with the probabilities below, else wrong: "
+        "make refinement help (--p-right-refined above --p-right) or hurt (below).",
+    )
+    group.add_argument(
+        "--answer-key",
+        metavar="FILE",
+        help="JSONL of gsm-shaped records: 'input' the question, 'target' its number",
+    )
+    group.add_argument(
+        "--p-right",
+        dest="p_right",
+        type=float,
+        default=d.p_right,
+        help=f"probability that a first draft is right (default: {d.p_right})",
+    )
+    group.add_argument(
+        "--p-right-refined",
+        dest="p_right_refined",
+        type=float,
+        default=d.p_right_refined,
+        help="probability that a refinement is right (default: --p-right)",
+    )
+
+
 def _add_anthropic(parser: argparse.ArgumentParser, d: SimConfig) -> None:
     """Anthropic's Messages API: its limits, its own faults, its cache, Message Batches."""
     group = parser.add_argument_group(
@@ -296,7 +327,7 @@ def _add_anthropic(parser: argparse.ArgumentParser, d: SimConfig) -> None:
         "context-limit, quota and retry-after apply to it too, in Anthropic's words; "
         "p-503 does not (its overload is --p-529).",
     )
-    for flag, name, kind, help_ in (
+    for flag, name, convert, help_ in (
         ("--itpm", "itpm", float, "input tokens per minute (uncached and cache writes)"),
         ("--otpm", "otpm", float, "output tokens per minute (max_tokens, then settled)"),
         ("--p-429", "p_429", float, "share of messages refused 429 rate_limit_error"),
@@ -322,7 +353,7 @@ def _add_anthropic(parser: argparse.ArgumentParser, d: SimConfig) -> None:
     ):
         default = getattr(d, name)
         group.add_argument(
-            flag, dest=name, type=kind, default=default, help=f"{help_} (default: {default})"
+            flag, dest=name, type=convert, default=default, help=f"{help_} (default: {default})"
         )
 
 
@@ -337,6 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_path: str | None = values.pop("log_path")
     known = {f.name for f in fields(SimConfig)}
     try:
+        if values["answer_key"] is not None:
+            values["answer_key"] = AnswerKey.read(values["answer_key"])
         config = SimConfig(**{k: v for k, v in values.items() if k in known})
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

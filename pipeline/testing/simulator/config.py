@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from .answerkey import AnswerKey
+
 __all__ = [
     "BATCH_ENDPOINT",
     "DEFAULT_MODEL",
@@ -34,6 +36,7 @@ MESSAGES_FAULTS: Final = (
 )
 _PROBABILITIES: Final = (
     "p_done",
+    "p_right",
     *FAULTS,
     "p_429",
     "p_529",
@@ -133,6 +136,19 @@ class SimConfig:
     price_output: float = 4.0
     batch_discount: float = 0.5
     priority_factor: float = 2.0
+    # A model that knows some answers (see ``answerkey``): a text request about a question
+    # of ``answer_key`` gets a program returning the right number with probability
+    # ``p_right`` on a first draft and ``p_right_refined`` (None: ``p_right``) on a
+    # refinement, else a wrong one.
+    answer_key: AnswerKey | None = None
+    p_right: float = 0.5
+    p_right_refined: float | None = None
+
+    @property
+    def right_when_refined(self) -> float:
+        """The probability that a refinement about a known question is right."""
+        return self.p_right if self.p_right_refined is None else self.p_right_refined
+
     # Anthropic's Messages API (see ``anthropic``). ``rpm`` limits its requests too (a bucket
     # of its own); ``itpm`` and ``otpm`` its input and output tokens per minute, separately.
     # ``p_429`` and ``p_529`` are faults only it sends (429 rate_limit_error, 529
@@ -169,6 +185,8 @@ class SimConfig:
             if len(window) != 2 or window[1] < window[0]:
                 raise ValueError(f"windows are (start_s, end_s) pairs, not {window!r}")
         self._check_real_faults()
+        if not 0.0 <= self.right_when_refined <= 1.0:
+            raise ValueError(f"p_right_refined must be within [0, 1], not {self.p_right_refined!r}")
         if not self.line_fail_statuses or any(not 400 <= s <= 599 for s in self.line_fail_statuses):
             raise ValueError(
                 f"line_fail_statuses must be HTTP error statuses, not {self.line_fail_statuses!r}"

@@ -250,28 +250,28 @@ class _Writer:
                     required = [*merged.get("required", []), *sub.get("required", [])]
                     merged = {**merged, **sub, "properties": props, "required": required}
             return self.instance(merged, name, depth + 1)
-        kind = schema.get("type")
-        if isinstance(kind, list):
-            non_null = [k for k in kind if k != "null"]
-            if not non_null or (not special and "null" in kind and self.rng.random() < 0.1):
+        type_ = schema.get("type")
+        if isinstance(type_, list):
+            non_null = [k for k in type_ if k != "null"]
+            if not non_null or (not special and "null" in type_ and self.rng.random() < 0.1):
                 return None
-            kind = non_null[0] if len(non_null) == 1 else self.rng.choice(non_null)
-        if kind is None:
+            type_ = non_null[0] if len(non_null) == 1 else self.rng.choice(non_null)
+        if type_ is None:
             if "properties" in schema:
-                kind = "object"
+                type_ = "object"
             elif "items" in schema:
-                kind = "array"
+                type_ = "array"
             else:
-                kind = "string"
-        if kind == "object":
+                type_ = "string"
+        if type_ == "object":
             return self.obj(schema, depth)
-        if kind == "array":
+        if type_ == "array":
             return self.array(schema, name, depth)
-        if kind in ("number", "integer"):
-            return self.number(schema, name, integer=kind == "integer")
-        if kind == "boolean":
+        if type_ in ("number", "integer"):
+            return self.number(schema, name, integer=type_ == "integer")
+        if type_ == "boolean":
             return self.done if name == "done" else self.rng.random() < 0.5
-        if kind == "null":
+        if type_ == "null":
             return None
         return self.string(schema, name)
 

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import orjson
 
+from .answerkey import KnownAnswers
 from .auth import auth_error
 from .caching import PrefixCache, prefixes
 from .chatrequest import (
@@ -25,7 +26,7 @@ from .chatrequest import (
 from .config import DEFAULT_MODEL, FAULTS, SimConfig
 from .content import estimate_tokens, write_answer
 from .faults import (
-    Refusal,
+    ErrorReply,
     context_refusal,
     poison_refusal,
     quota_refusal,
@@ -33,7 +34,7 @@ from .faults import (
     throttle_refusal,
 )
 from .log import RequestLog, RequestLogger
-from .ratelimit import RateLimiter
+from .ratelimit import ChatLimiter
 from .replies import Action, Reply, error_body, json_reply
 from .tiers import Bill, flex_refusal, served_tier
 
@@ -146,7 +147,7 @@ def _validate(cfg: SimConfig, call: _Call, parsed: Any, answered: int) -> ChatRe
     return request
 
 
-def _refuse(call: _Call, refusal: Refusal) -> Reply:
+def _refuse(call: _Call, refusal: ErrorReply) -> Reply:
     return call.reply(refusal.status, refusal.body, refusal.outcome, headers=list(refusal.headers))
 
 
@@ -157,7 +158,7 @@ class Engine:
         self.logger = logger
         self.t0 = time.monotonic()
         self._ids = itertools.count(1)
-        self._limiter = RateLimiter()
+        self._limiter = ChatLimiter()
         self._applied: SimConfig | None = None
         self._fault_rng = random.Random(0)
         self._jitter_rng = random.Random(0)
@@ -165,12 +166,13 @@ class Engine:
         self._flex_rng = random.Random(0)
         self.cache = PrefixCache()
         self.bill = Bill()
+        self.known = KnownAnswers()
 
     def open(self, now: float) -> None:
         """Start the clock; the first request sets up limits and draws afresh."""
         self.t0 = now
         self._applied = None
-        self._limiter = RateLimiter()
+        self._limiter = ChatLimiter()
         self._answered = 0
 
     def _apply(self, cfg: SimConfig, now: float) -> None:
@@ -275,7 +277,18 @@ class Engine:
         ``cut`` halves the answer (finish_reason "length"); ``refuse`` refuses it;
         ``cached`` prompt tokens came from the prefix cache; ``tier`` served it.
         """
-        answer, digest = write_answer(
+        known = None
+        if cfg.answer_key is not None and request.mode == "text":
+            known = self.known.reply(
+                cfg.answer_key,
+                request.messages,
+                request.texts,
+                temperature=request.temperature,
+                seed=cfg.seed,
+                p_right=cfg.p_right,
+                p_right_refined=cfg.right_when_refined,
+            )
+        answer, digest = known or write_answer(
             request.messages,
             request.texts,
             request.mode,

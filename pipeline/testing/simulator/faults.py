@@ -20,7 +20,7 @@ from .replies import error_body
 __all__ = [
     "CONTEXT_MESSAGE",
     "QUOTA_MESSAGE",
-    "Refusal",
+    "ErrorReply",
     "context_refusal",
     "poison_refusal",
     "quota_refusal",
@@ -45,7 +45,7 @@ _POISON_MESSAGE: Final = "The server had an error while processing your request.
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
+class ErrorReply:
     """An error answer the engine sends as is: status, OpenAI's error body, log outcome."""
 
     status: int
@@ -63,23 +63,25 @@ def retry_after_headers(cfg: SimConfig) -> tuple[tuple[str, str], ...]:
     return (("retry-after", f"{cfg.retry_after_s:g}"),)
 
 
-def throttle_refusal(cfg: SimConfig, t: float) -> Refusal | None:
+def throttle_refusal(cfg: SimConfig, t: float) -> ErrorReply | None:
     """A 429 without Retry-After while ``t`` (seconds since start) is in a throttle window."""
     if not any(start <= t < end for start, end in cfg.throttles):
         return None
     body = error_body(_THROTTLE_MESSAGE, "tokens", None, "rate_limit_exceeded")
-    return Refusal(429, body, "throttled")
+    return ErrorReply(429, body, "throttled")
 
 
-def quota_refusal(cfg: SimConfig, answered: int) -> Refusal | None:
+def quota_refusal(cfg: SimConfig, answered: int) -> ErrorReply | None:
     """OpenAI's 429 ``insufficient_quota`` once the key's quota of answers is spent."""
     if cfg.quota_requests is None or answered < cfg.quota_requests:
         return None
     body = error_body(QUOTA_MESSAGE, "insufficient_quota", None, "insufficient_quota")
-    return Refusal(429, body, "quota")
+    return ErrorReply(429, body, "quota")
 
 
-def context_refusal(cfg: SimConfig, prompt_tokens: int, max_tokens: int | None) -> Refusal | None:
+def context_refusal(
+    cfg: SimConfig, prompt_tokens: int, max_tokens: int | None
+) -> ErrorReply | None:
     """OpenAI's 400 ``context_length_exceeded`` for a request past ``context_limit`` tokens."""
     limit = cfg.context_limit
     completion = max_tokens or 0
@@ -89,12 +91,12 @@ def context_refusal(cfg: SimConfig, prompt_tokens: int, max_tokens: int | None) 
         limit=limit, total=prompt_tokens + completion, prompt=prompt_tokens, completion=completion
     )
     body = error_body(message, "invalid_request_error", "messages", "context_length_exceeded")
-    return Refusal(400, body, "context_length")
+    return ErrorReply(400, body, "context_length")
 
 
-def poison_refusal(cfg: SimConfig, texts: Sequence[str]) -> Refusal | None:
+def poison_refusal(cfg: SimConfig, texts: Sequence[str]) -> ErrorReply | None:
     """The crash a poisoned request always meets (its messages hold ``cfg.poison``)."""
     if not cfg.poison or not any(cfg.poison in text for text in texts):
         return None
     body = error_body(_POISON_MESSAGE, "server_error")
-    return Refusal(cfg.poison_status, body, "poison", retry_after_headers(cfg))
+    return ErrorReply(cfg.poison_status, body, "poison", retry_after_headers(cfg))

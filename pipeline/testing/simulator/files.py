@@ -41,8 +41,8 @@ class FormPart:
 
 
 def _boundary(content_type: str) -> bytes:
-    kind, _, params = content_type.partition(";")
-    if kind.strip().lower() != "multipart/form-data":
+    media_type, _, params = content_type.partition(";")
+    if media_type.strip().lower() != "multipart/form-data":
         raise MultipartError("expected a multipart/form-data body")
     for param in params.split(";"):
         key, _, value = param.strip().partition("=")

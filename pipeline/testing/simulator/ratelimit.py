@@ -8,7 +8,7 @@ from typing import Final
 
 from .replies import error_body
 
-__all__ = ["Admission", "Bucket", "RateLimiter", "fmt_duration", "fmt_number"]
+__all__ = ["Admission", "Bucket", "ChatLimiter", "fmt_duration", "fmt_number"]
 
 _UNITS: Final = {"requests": "RPM", "tokens": "TPM"}
 
@@ -65,12 +65,12 @@ class Bucket:
         """Seconds until a request of ``cost`` would pass."""
         return max(0.0, (min(cost, self.capacity) - self.level) / self.rate)
 
-    def headers(self, kind: str) -> list[tuple[str, str]]:
+    def headers(self, bucket: str) -> list[tuple[str, str]]:
         """The ``x-ratelimit-*`` headers for this bucket."""
         return [
-            (f"x-ratelimit-limit-{kind}", fmt_number(self.limit)),
-            (f"x-ratelimit-remaining-{kind}", str(max(0, math.floor(self.level)))),
-            (f"x-ratelimit-reset-{kind}", fmt_duration((self.capacity - self.level) / self.rate)),
+            (f"x-ratelimit-limit-{bucket}", fmt_number(self.limit)),
+            (f"x-ratelimit-remaining-{bucket}", str(max(0, math.floor(self.level)))),
+            (f"x-ratelimit-reset-{bucket}", fmt_duration((self.capacity - self.level) / self.rate)),
         ]
 
 
@@ -86,7 +86,7 @@ class Admission:
 _OPEN: Final = Admission([])
 
 
-class RateLimiter:
+class ChatLimiter:
     """The request and token buckets; refused requests consume nothing."""
 
     __slots__ = ("requests", "tokens")

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from .config import SimConfig
-from .faults import Refusal
+from .faults import ErrorReply
 from .replies import error_body
 
 __all__ = [
@@ -47,13 +47,13 @@ def served_tier(requested: str | None) -> str:
     return requested
 
 
-def flex_refusal(cfg: SimConfig, tier: str, draw: float) -> Refusal | None:
+def flex_refusal(cfg: SimConfig, tier: str, draw: float) -> ErrorReply | None:
     """The 429 ``resource_unavailable`` a flex request meets when ``draw`` says so."""
     if tier != "flex" or draw >= cfg.p_flex_unavailable:
         return None
     unavailable = "resource_unavailable"
     body = error_body(FLEX_UNAVAILABLE_MESSAGE, unavailable, None, unavailable)
-    return Refusal(429, body, "flex_unavailable")
+    return ErrorReply(429, body, "flex_unavailable")
 
 
 def tier_factor(cfg: SimConfig, tier: str) -> float:
@@ -124,7 +124,7 @@ class Bill:
             self._charges.clear()
 
     def to_json(self) -> dict[str, Any]:
-        """``GET /v1/sim/bill``: the total, the tokens by kind, and the charges by tier."""
+        """``GET /v1/sim/bill``: the total, the tokens by type, and the charges by tier."""
         charges = self.charges()
         tiers: dict[str, dict[str, float]] = {}
         for c in charges:

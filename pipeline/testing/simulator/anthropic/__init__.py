@@ -7,7 +7,7 @@ and Message Batches: ``POST``/``GET /v1/messages/batches``, ``GET``/``DELETE
 Anthropic's envelope, every reply carries ``request-id`` (and the ``anthropic-ratelimit-*``
 headers of the limits configured).
 
-Modules: ``request`` (validating a request: blocks, breakpoints, the kind of answer),
+Modules: ``request`` (validating a request: blocks, breakpoints, the reply format),
 ``caching`` (the prompt cache: breakpoints, minimum lengths, lookback, TTL), ``prices``
 (the models' prices and minimums, usage, the bill's charge), ``limits`` (requests, input
 and output tokens per minute), ``faults`` (the simulator's faults in Anthropic's words),

@@ -36,7 +36,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from ..batch_input import Plan, make_plan
+from ..batch_input import BatchPlan, make_plan
 from ..config import SimConfig
 from ..replies import Reply
 from .errors import error_reply, new_id
@@ -59,13 +59,13 @@ def _stamp(wall: float | None) -> str | None:
 
 
 @dataclass(slots=True)
-class _Batch:
+class _MessageBatch:
     """One batch's state, on the server clock; ``due`` ends its current phase."""
 
     id: str
     requests: list[tuple[str, dict[str, Any]]]
     config: SimConfig
-    plan: Plan
+    plan: BatchPlan
     created: float
     due: float
     status: str = "in_progress"
@@ -79,8 +79,8 @@ class _Batch:
         """The API's MessageBatch object."""
         ended = self.ended is not None
         # Requests stay "processing" until the whole batch ends (as Anthropic counts them).
-        kinds = ("succeeded", "errored", "canceled", "expired")
-        counts = {k: self.counts.get(k, 0) if ended else 0 for k in kinds}
+        results = ("succeeded", "errored", "canceled", "expired")
+        counts = {k: self.counts.get(k, 0) if ended else 0 for k in results}
         archived = self.created + RESULTS_KEPT_S
         return {
             "id": self.id,
@@ -111,8 +111,8 @@ class MessageBatchStore:
         """``wall0`` is the Unix time at server-clock zero (for the objects' timestamps)."""
         self._engine = engine
         self._wall0 = wall0
-        self._batches: dict[str, _Batch] = {}
-        self._active: list[_Batch] = []
+        self._batches: dict[str, _MessageBatch] = {}
+        self._active: list[_MessageBatch] = []
         self._seq = itertools.count()
         # Requests and ticks run on the server thread; snapshots may come from another.
         self._lock = threading.Lock()
@@ -179,7 +179,7 @@ class MessageBatchStore:
             return error_reply(429, message, rid)
         seq = next(self._seq)
         rng = random.Random(f"message-batch:{cfg.faults_seed}:{seq}")
-        batch = _Batch(
+        batch = _MessageBatch(
             id=new_id("msgbatch_"),
             requests=requests,
             config=cfg,
@@ -218,7 +218,7 @@ class MessageBatchStore:
             rid,
         )
 
-    def _delete(self, batch: _Batch, rid: str) -> Reply:
+    def _delete(self, batch: _MessageBatch, rid: str) -> Reply:
         if batch.ended is None:
             message = (
                 f"Message Batch {batch.id} is still processing; cancel it and wait for it to "
@@ -228,7 +228,7 @@ class MessageBatchStore:
         del self._batches[batch.id]
         return self._json({"id": batch.id, "type": "message_batch_deleted"}, rid)
 
-    def _cancel(self, batch: _Batch, now: float, base: str, rid: str) -> Reply:
+    def _cancel(self, batch: _MessageBatch, now: float, base: str, rid: str) -> Reply:
         if batch.status == "in_progress":
             self._run(batch, now)
             batch.status = "canceling"
@@ -238,7 +238,7 @@ class MessageBatchStore:
             return error_reply(400, f"Message Batch {batch.id} has ended: nothing to cancel.", rid)
         return self._json(batch.to_object(self._wall0, base, now), rid)
 
-    def _results(self, batch: _Batch, now: float, rid: str) -> Reply:
+    def _results(self, batch: _MessageBatch, now: float, rid: str) -> Reply:
         if batch.ended is None:
             message = f"Message Batch {batch.id} has not ended; its results are not ready."
             return error_reply(400, message, rid)
@@ -264,7 +264,7 @@ class MessageBatchStore:
                 unfinished = "expired" if batch.status == "in_progress" else "canceled"
                 self._end(batch, unfinished, batch.due)
 
-    def _run(self, batch: _Batch, now: float) -> None:
+    def _run(self, batch: _MessageBatch, now: float) -> None:
         """Run the requests due by ``now``: a steady share of the in-progress window."""
         plan = batch.plan
         window = batch.due - batch.created
@@ -280,12 +280,12 @@ class MessageBatchStore:
                 fate=plan.fates[index],
                 now=now,
             )
-            kind = str(result["type"])
-            batch.counts[kind] = batch.counts.get(kind, 0) + 1
+            outcome = str(result["type"])
+            batch.counts[outcome] = batch.counts.get(outcome, 0) + 1
             batch.results.append(orjson.dumps({"custom_id": custom_id, "result": result}))
         batch.done = max(batch.done, target)
 
-    def _end(self, batch: _Batch, unfinished: str, at: float) -> None:
+    def _end(self, batch: _MessageBatch, unfinished: str, at: float) -> None:
         """End a batch: the requests not run are ``unfinished`` (expired or canceled)."""
         for index in batch.plan.order[batch.done :]:
             custom_id = batch.requests[index][0]

@@ -18,7 +18,7 @@ length (``prices.min_cache_tokens``); a shorter one is processed without caching
 - **Lifetime.** An entry expires its TTL (5 minutes or 1 hour) after it was last written
   or read, on the simulator's clock; a read refreshes it at no cost.
 
-A prefix's key chains the model, each block's kind, role and content (its JSON without
+A prefix's key chains the model, each block's type, role and content (its JSON without
 ``cache_control``, so moving a breakpoint keeps the prefix), and two request options
 Anthropic documents as invalidating the cache from where they apply: ``output_config``'s
 format (its schema precedes the system prompt: a change misses system and messages) and

@@ -49,8 +49,8 @@ def new_id(prefix: str) -> str:
 
 def error_body(status: int, message: str, request_id: str) -> bytes:
     """Anthropic's error envelope for ``status`` (its documented type) with ``message``."""
-    kind = STATUS_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    error = {"type": kind, "message": message}
+    error_type = STATUS_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    error = {"type": error_type, "message": message}
     return orjson.dumps({"type": "error", "error": error, "request_id": request_id})
 
 

@@ -21,7 +21,7 @@ from typing import Final
 
 from ..ratelimit import Bucket, fmt_number
 
-__all__ = ["Admission", "MessagesLimiter", "rfc3339"]
+__all__ = ["MessagesAdmission", "MessagesLimiter", "rfc3339"]
 
 _WHAT: Final = {
     "requests": "requests",
@@ -36,7 +36,7 @@ def rfc3339(wall: float) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Admission:
+class MessagesAdmission:
     """The decision on one request: 429's message and wait when refused, else None."""
 
     refusal: str | None = None
@@ -65,7 +65,7 @@ class MessagesLimiter:
             else:
                 self.buckets.pop(name, None)
 
-    def admit(self, now: float, input_tokens: int, max_tokens: int) -> Admission:
+    def admit(self, now: float, input_tokens: int, max_tokens: int) -> MessagesAdmission:
         """Decide on a request of ``input_tokens`` (uncached and written) and ``max_tokens``."""
         costs = {"requests": 1, "input-tokens": input_tokens, "output-tokens": max_tokens}
         refused: str | None = None
@@ -78,14 +78,14 @@ class MessagesLimiter:
         if refused is None:
             for name, bucket in self.buckets.items():
                 bucket.level -= costs[name]
-            return Admission()
+            return MessagesAdmission()
         limit = fmt_number(self.buckets[refused].limit)
         message = (
             f"This request would exceed your organization's rate limit of {limit} "
             f"{_WHAT[refused]} per minute. Please slow down, or retry after the time the "
             "retry-after header gives."
         )
-        return Admission(message, wait)
+        return MessagesAdmission(message, wait)
 
     def settle(self, now: float, unused_output: int) -> None:
         """Give back the output tokens charged at ``max_tokens`` but not used."""

@@ -24,7 +24,7 @@ import orjson
 from ..batch_input import LineFate
 from ..config import MESSAGES_FAULTS, SimConfig
 from ..content import estimate_tokens, write_answer
-from ..faults import Refusal
+from ..faults import ErrorReply
 from ..log import RequestLog, RequestLogger
 from ..replies import Action, Reply
 from ..tiers import Bill
@@ -50,7 +50,7 @@ _REFUSAL: Final = MESSAGES_FAULTS.index("p_refusal")
 
 
 @dataclass(frozen=True, slots=True)
-class _Call:
+class _MessageCall:
     """A request on its way through the steps: what its reply and log entry need."""
 
     t: float
@@ -87,7 +87,7 @@ class _Call:
         return Reply(status, payload, headers, action, delay, hang_s, log)
 
 
-def _refusal_reply(call: _Call, refusal: Refusal, limits: list[tuple[str, str]]) -> Reply:
+def _refusal_reply(call: _MessageCall, refusal: ErrorReply, limits: list[tuple[str, str]]) -> Reply:
     headers = [*limits, *refusal.headers]
     return call.reply(refusal.status, refusal.body, refusal.outcome, headers)
 
@@ -220,7 +220,7 @@ class MessagesEngine:
         text, _ = write_answer(
             request.conversation,
             request.texts,
-            "text" if request.kind == "text" else "json",
+            "text" if request.reply_format == "text" else "json",
             request.schema,
             seed=cfg.seed,
             p_done=cfg.p_done,
@@ -233,7 +233,7 @@ class MessagesEngine:
             stop, outcome, text = "refusal", "refusal", ""
         elif limit == 0:
             stop, outcome, text = "max_tokens", "length", ""
-        elif request.kind == "tool":
+        elif request.reply_format == "tool":
             complete = not cut and estimate_tokens(len(text)) <= limit
             given = orjson.loads(text) if complete else {}
             stop, outcome = ("tool_use", "ok") if complete else ("max_tokens", "length")
@@ -342,10 +342,10 @@ def _decoded(raw: bytes) -> Any:
         return None
 
 
-def _call(headers: dict[str, str], parsed: Any, t: float) -> _Call:
+def _call(headers: dict[str, str], parsed: Any, t: float) -> _MessageCall:
     body = parsed if isinstance(parsed, dict) else {}
     model = body.get("model")
-    return _Call(t, body, headers, model if isinstance(model, str) else None, new_id("req_"))
+    return _MessageCall(t, body, headers, model if isinstance(model, str) else None, new_id("req_"))
 
 
 def _first_stop(text: str, sequences: tuple[str, ...]) -> tuple[int, str] | None:

@@ -5,7 +5,7 @@ status and message of Anthropic's error). The request keeps what answering and c
 need: the prompt as blocks in the order Anthropic caches them (each tool, each system text
 block, each message's content blocks), the ``cache_control`` breakpoints on them, the
 conversation as plain text (what the answer derives from, as in the OpenAI dialect), and
-the kind of answer asked for: text, JSON through ``output_config.format`` (structured
+the reply format asked for: text, JSON through ``output_config.format`` (structured
 outputs), or a ``tool_use`` block forced by ``tool_choice``.
 
 A server configured without JSON-schema support (``SimConfig.structured`` other than
@@ -30,15 +30,15 @@ from ..config import SimConfig
 __all__ = [
     "MAX_BREAKPOINTS",
     "TTL_SECONDS",
-    "AnswerKind",
     "Block",
     "Breakpoint",
     "Invalid",
     "MessagesRequest",
+    "ReplyFormat",
     "parse_messages",
 ]
 
-AnswerKind = Literal["text", "json", "tool"]
+ReplyFormat = Literal["text", "json", "tool"]
 MAX_BREAKPOINTS: Final = 4
 TTL_SECONDS: Final[dict[str, float]] = {"5m": 300.0, "1h": 3600.0}
 _FIELDS: Final = frozenset(
@@ -115,7 +115,7 @@ class MessagesRequest:
     breakpoints: tuple[Breakpoint, ...]
     conversation: list[dict[str, Any]]  # {"role", "content"} texts, the system prompt first
     texts: list[str]  # each conversation entry's text
-    kind: AnswerKind
+    reply_format: ReplyFormat
     schema: Any  # the JSON schema a "json" or "tool" answer is an instance of
     tool: str | None  # the tool a "tool" answer uses
     tool_choice: bytes  # canonical JSON: a change invalidates the messages' cache
@@ -193,15 +193,15 @@ def _text_block(block: Any, where: str) -> str:
 
 def _content_text(block: dict[str, Any], where: str) -> str:
     """The text a message's content block adds to the prompt."""
-    kind = block.get("type")
-    if kind == "text":
+    block_type = block.get("type")
+    if block_type == "text":
         return _text_block(block, where)
-    if kind == "tool_use":
+    if block_type == "tool_use":
         name, value = block.get("name"), block.get("input")
         if not isinstance(name, str) or not isinstance(value, dict):
             raise _Refused(f"{where}: a tool_use block needs a name and an input object")
         return f"{name} {orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()}"
-    if kind == "tool_result":
+    if block_type == "tool_result":
         if not isinstance(block.get("tool_use_id"), str):
             raise _Refused(f"{where}.tool_use_id: Field required")
         content = block.get("content", "")
@@ -211,7 +211,7 @@ def _content_text(block: dict[str, Any], where: str) -> str:
             return "\n".join(_text_block(c, f"{where}.content.{i}") for i, c in enumerate(content))
         raise _Refused(f"{where}.content: Input should be a valid string or list")
     raise _Refused(
-        f"{where}.type: content blocks of type {kind!r} are not supported by the simulator"
+        f"{where}.type: content blocks of type {block_type!r} are not supported by the simulator"
     )
 
 
@@ -305,13 +305,13 @@ def _choice(choice: Any, schemas: dict[str, Any]) -> str | None:
         return None
     if not schemas:
         raise _Refused("tool_choice: tool_choice may only be specified while providing tools")
-    kind = choice.get("type") if isinstance(choice, dict) else None
-    if kind not in _TOOL_CHOICES:
+    mode = choice.get("type") if isinstance(choice, dict) else None
+    if mode not in _TOOL_CHOICES:
         raise _Refused("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
     assert isinstance(choice, dict)
-    if kind == "any":
+    if mode == "any":
         return next(iter(schemas))
-    if kind == "tool":
+    if mode == "tool":
         name = choice.get("name")
         if name not in schemas:
             raise _Refused(f"tool_choice.name: Tool {name!r} not found in the provided tools")
@@ -431,7 +431,9 @@ def _parse(cfg: SimConfig, body: dict[str, Any], counting: bool) -> MessagesRequ
         raise _Refused("metadata: Input should be a valid dictionary")
     breakpoints = _breakpoints(prompt, body.get("cache_control"))
     conversation = ([{"role": "system", "content": system}] if system else []) + turns
-    kind: AnswerKind = "tool" if tool is not None else "json" if fmt is not None else "text"
+    reply_format: ReplyFormat = (
+        "tool" if tool is not None else "json" if fmt is not None else "text"
+    )
     return MessagesRequest(
         model=model,
         max_tokens=max_tokens,
@@ -439,7 +441,7 @@ def _parse(cfg: SimConfig, body: dict[str, Any], counting: bool) -> MessagesRequ
         breakpoints=breakpoints,
         conversation=conversation,
         texts=[str(turn["content"]) for turn in conversation],
-        kind=kind,
+        reply_format=reply_format,
         schema=schemas[tool] if tool is not None else fmt,
         tool=tool,
         tool_choice=_canonical(body.get("tool_choice")),
