@@ -9,14 +9,16 @@ settings, budget and limiter.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..client.budget import Spending
-from ..client.chat import OpenAIClient
 from ..client.context import context_window
 from ..client.limits import Limiter, RateLimiter
 from ..client.models import ModelId
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from ..client.chat import OpenAIClient
 
 __all__ = ["ClientPlan", "Endpoint", "open_client"]
 
@@ -56,6 +58,8 @@ def open_client(
     budget: Spending,
     limiter: RateLimiter | None = None,
 ) -> OpenAIClient:
+    from ..client.chat import OpenAIClient  # here: the HTTP SDK only where a model is called
+
     return OpenAIClient(
         model=str(endpoint.model_id),
         request_model=endpoint.model,
