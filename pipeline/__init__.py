@@ -28,11 +28,9 @@ package; the code-with-tests kit that only code jobs use is ``jobs.code``. Inter
 modules (anything not exported below) may change between versions.
 """
 
-from .client.budget import Budget
-from .client.prices import Price, PriceBook, load_prices
-from .commands.status import collect as run_status
-from .commands.status import render as render_status
-from .core import Completion, Job, ModelClient, Outcome, Step, builtin_jobs, load_job
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AuthError,
     BudgetReached,
@@ -50,11 +48,47 @@ from .errors import (
     UnavailableError,
     UnreachableError,
 )
-from .runner import EXIT, RunSummary, aresume, arun, resume, run
-from .runs.manifest import Manifest
-from .runs.rundir import RunDir
-from .runs.settings import Settings
-from .sandbox import SandboxMode
+
+if TYPE_CHECKING:
+    from .client.budget import Budget
+    from .client.prices import Price, PriceBook, load_prices
+    from .commands.status import collect as run_status
+    from .commands.status import render as render_status
+    from .core import Completion, Job, ModelClient, Outcome, Step, builtin_jobs, load_job
+    from .runner import EXIT, RunSummary, aresume, arun, resume, run
+    from .runs.manifest import Manifest
+    from .runs.rundir import RunDir
+    from .runs.settings import Settings
+    from .sandbox import SandboxMode
+
+# The rest is imported when first asked for (PEP 562), so ``import pipeline.cli`` for a
+# command that calls no model (status, show, report, export, jobs, --help) loads only
+# what that command needs: never the runner, whose backends bring the HTTP SDKs.
+_LAZY: dict[str, tuple[str, str]] = {
+    "Budget": (".client.budget", "Budget"),
+    **{n: (".client.prices", n) for n in ("Price", "PriceBook", "load_prices")},
+    "run_status": (".commands.status", "collect"),
+    "render_status": (".commands.status", "render"),
+    **{
+        n: (".core", n)
+        for n in ("Completion", "Job", "ModelClient", "Outcome", "Step", "builtin_jobs", "load_job")
+    },
+    **{n: (".runner", n) for n in ("EXIT", "RunSummary", "aresume", "arun", "resume", "run")},
+    "Manifest": (".runs.manifest", "Manifest"),
+    "RunDir": (".runs.rundir", "RunDir"),
+    "Settings": (".runs.settings", "Settings"),
+    "SandboxMode": (".sandbox", "SandboxMode"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where[0], __name__), where[1])
+    globals()[name] = value  # asked once
+    return value
+
 
 __all__ = [
     "EXIT",

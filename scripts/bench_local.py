@@ -52,7 +52,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import anyio
 import orjson
@@ -67,7 +66,8 @@ from pipeline.client.limits import Limiter  # noqa: E402
 from pipeline.client.models import ModelId  # noqa: E402
 from pipeline.core.extraction import extract_code  # noqa: E402
 from pipeline.core.prompts import opening  # noqa: E402
-from pipeline.core.steps import Completion, ModelClient, Request  # noqa: E402
+from pipeline.core.steps import Completion, ModelClient, Request, Step  # noqa: E402
+from pipeline.core.trace import steps_of  # noqa: E402
 from pipeline.io.records import read_records  # noqa: E402
 from pipeline.sandbox import syntax_problem  # noqa: E402
 from pipeline.serving import (  # noqa: E402
@@ -326,22 +326,20 @@ async def replay(layout: str, model_name: str | None, traces: Path, concurrency:
     was (``ignore_eos``), so both layouts do the same work and differ only in the prompt."""
     from openai import AsyncOpenAI
 
-    records = [orjson.loads(line)["steps"] for line in traces.read_bytes().splitlines()]
+    records = [steps_of(orjson.loads(line)["steps"]) for line in traces.read_bytes().splitlines()]
     model = await anyio.to_thread.run_sync(resolve_model, model_name)
     async with LocalServer(model, parallel=slots_for(concurrency)) as server:
         client = AsyncOpenAI(base_url=server.base_url, api_key="local", timeout=3600)
         limit = anyio.Semaphore(server.parallel)
 
-        async def one(steps: list[dict[str, Any]]) -> None:
-            for step in (s for s in steps if s.get("response") is not None):  # answered ones
-                sent = (
-                    step["messages"] if layout == "conversation" else old_layout(step["messages"])
-                )
+        async def one(steps: list[Step]) -> None:
+            for step in (s for s in steps if s.response is not None):  # answered ones
+                sent = step.messages if layout == "conversation" else old_layout(step.messages)
                 async with limit:
                     await client.chat.completions.create(
                         model=server.model,
                         messages=sent,  # type: ignore[arg-type]  # plain dicts, not its TypedDicts
-                        max_tokens=max(1, int(step["usage"].get("completion_tokens", 1))),
+                        max_tokens=max(1, int(step.usage.get("completion_tokens", 1))),
                         temperature=0,
                         extra_body={"ignore_eos": True},
                     )

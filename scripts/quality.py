@@ -45,7 +45,7 @@ from pipeline.core.choice import choose  # noqa: E402
 from pipeline.core.drafts import answers  # noqa: E402
 from pipeline.core.jobs import Job  # noqa: E402
 from pipeline.core.loader import load_job  # noqa: E402
-from pipeline.core.steps import Step  # noqa: E402
+from pipeline.core.trace import steps_of  # noqa: E402
 from pipeline.runs.settings import effective_job  # noqa: E402
 from pipeline.sandbox import run_tests  # noqa: E402
 
@@ -116,7 +116,7 @@ def score(
         rid = trace["id"]
         if suite is not None and not rid.startswith(suite + "/"):
             continue
-        steps = [Step.from_dict(s) for s in trace["steps"]]
+        steps = steps_of(trace["steps"])
         found = answers(job.answer_kind, steps)
         out.records += 1
         for t in range(iterations + 1):

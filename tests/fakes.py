@@ -21,8 +21,8 @@ class RecordingSink:
         """The saved steps, in order."""
         return [s for _, _, s in self.saved]
 
-    async def save(self, record_id: str, index: int, step: Step) -> None:
-        self.saved.append((record_id, index, step))
+    async def save(self, record_id: str, earlier: Sequence[Step], step: Step) -> None:
+        self.saved.append((record_id, len(earlier), step))
 
 
 class ScriptedClient(ModelClient):  # the protocol named, so mypy holds it to it

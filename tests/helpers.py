@@ -13,6 +13,7 @@ import orjson
 
 from pipeline import RunSummary, Settings, run
 from pipeline.client.delays import DELAYS, Backoff
+from pipeline.core.trace import steps_of
 from pipeline.testing.simulator import Simulator
 
 # The team's real task data, beside the checkout; a checkout without it (a fresh clone in
@@ -33,6 +34,11 @@ def wait_for_calls(run_dir: Path, n: int, proc: subprocess.Popen[str], limit_s: 
         if journal.exists() and journal.read_bytes().count(b"\n") >= n:
             return
         time.sleep(0.02)
+
+
+def sent(trace: Mapping[str, Any]) -> list[list[dict[str, str]]]:
+    """Each call's messages as sent, rebuilt from a traces.jsonl line (or journaled steps)."""
+    return [s.messages for s in steps_of(trace["steps"])]
 
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:

@@ -15,6 +15,7 @@ from pipeline.client.chat import OpenAIClient
 from pipeline.client.limits import Limiter
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.helpers import sent as sent_of
 from tests.scripts import load_script
 
 MODEL = "gpt-4o-mini"
@@ -71,7 +72,7 @@ def test_old_layout_shows_each_call_its_instruction_first(tmp_path: Path) -> Non
     task = {str(r["id"]): str(r["task"]) for r in tasks(2)}
     assert sorted(str(t["id"]) for t in traces) == sorted(task)
     for trace in traces:
-        sent = [step["messages"] for step in trace["steps"]]
+        sent = sent_of(trace)
         assert [step["role"] for step in trace["steps"]] == [
             "generate",
             "feedback",

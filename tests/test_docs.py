@@ -18,6 +18,7 @@ from pipeline.backends import named
 from pipeline.core.loader import load_job
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.helpers import sent as sent_of
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE_BLOCK = re.compile(r"<!-- file: (\S+) -->\n```[a-z]*\n(.*?)```", re.DOTALL)
@@ -65,8 +66,10 @@ def test_the_worked_example_job_runs_as_written(tmp_path: Path) -> None:
     found = 0
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         answers = [s for s in trace["steps"] if s.get("iteration_answer")]
-        for step in (s for s in trace["steps"] if s["role"] == "refine"):
-            sent = "\n".join(m["content"] for m in step["messages"])
+        for step, asked in zip(trace["steps"], sent_of(trace), strict=True):
+            if step["role"] != "refine":
+                continue
+            sent = "\n".join(m["content"] for m in asked)
             for answer in (a for a in answers if a["iteration"] < step["iteration"]):
                 found += len(answer.get("checks") or [])
                 assert all(finding in sent for finding in answer.get("checks") or [])
@@ -97,7 +100,7 @@ def test_the_add_a_backend_example_runs_as_written(
 ) -> None:
     """docs/architecture.md's serial backend, loaded as ``pipeline.backends.serial``, is
     found by name and runs a job against the simulator one record at a time: each record's
-    calls are journaled together, in input order, none between another record's."""
+    calls are made together, in input order, none between another record's."""
     init = files_of(ROOT / "docs" / "architecture.md", tmp_path)["serial/__init__.py"]
     name = "pipeline.backends.serial"
     spec = importlib.util.spec_from_file_location(
@@ -117,13 +120,16 @@ def test_the_add_a_backend_example_runs_as_written(
         summary = run(
             "code-improve", inp, tmp_path / "run", settings, api_key="k", show_progress=False
         )
+        bodies = sim.completed_bodies()
     assert summary.exit_code == 0, summary.message
     outputs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
     assert sorted(o["id"] for o in outputs) == [r["id"] for r in records]
     assert {o["status"] for o in outputs} == {"done"}
-    journaled = [e["id"] for e in read_jsonl(tmp_path / "run" / "checkpoint.jsonl")]
-    assert len(journaled) == 4 * 4  # per record: generate, feedback, refine, feedback
-    assert [rid for rid, _ in itertools.groupby(journaled)] == [r["id"] for r in records]
+    # each call's record, in the order the server answered them (a finished run's journal
+    # is empty: its calls are in traces.jsonl)
+    called = [next(r["id"] for r in records if r["task"] in str(b["messages"])) for b in bodies]
+    assert len(called) == 4 * 4  # per record: generate, feedback, refine, feedback
+    assert [rid for rid, _ in itertools.groupby(called)] == [r["id"] for r in records]
 
 
 def test_no_page_of_the_docs_is_too_long_to_read() -> None:

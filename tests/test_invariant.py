@@ -14,7 +14,8 @@ from pipeline import Settings, run
 from pipeline.backends.batch import BatchBackend, BatchConfig
 from pipeline.core.jobs import builtin_jobs
 from pipeline.core.loader import load_job
-from pipeline.core.prompts import field_text
+from pipeline.core.prompts import FEEDBACK_AGAIN, field_text, findings_text
+from pipeline.core.trace import steps_of
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
@@ -90,9 +91,11 @@ def test_every_refine_call_carries_the_whole_history(
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         row = by_id[trace["id"]]
         steps = trace["steps"]
-        for call in (s for s in steps if s["role"] == "refine"):
+        for call, asked in zip(steps, steps_of(steps), strict=True):
+            if call["role"] != "refine":
+                continue
             refines += 1
-            text = "\n".join(m["content"] for m in call["messages"])
+            text = "\n".join(m["content"] for m in asked.messages)
             for f in job.inputs:
                 if f.name in shown and row.get(f.name) is not None:
                     assert field_text(row[f.name], f.join) in text
@@ -103,3 +106,29 @@ def test_every_refine_call_carries_the_whole_history(
             for fb in (s for s in earlier if s["role"] == "feedback" and s["parsed"]):
                 assert all(action in text for action in fb["parsed"][job.actions_field])
     assert refines >= len(rows)
+
+
+def test_the_feedback_rules_are_said_once_per_conversation(tmp_path: Path) -> None:
+    """The first feedback request of a record's conversation carries the job's feedback
+    prompt whole; each later one says what the checks found of its answer and points back
+    to it, so every request holds the rules once, and every feedback still parses."""
+    job = load_job("code-improve")
+    rules = "Judge three things: correctness"  # a line of its feedback prompt
+    assert rules in job.feedback_prompt
+    inp = write_jsonl(tmp_path / "in.jsonl", tasks(4))
+    with Simulator(SimConfig(p_done=0.0)) as sim:
+        settings = Settings(model="sim", base_url=sim.url, max_iters=2, min_iters=2)
+        summary = run(
+            "code-improve", inp, tmp_path / "run", settings, api_key="k", show_progress=False
+        )
+    assert summary.exit_code == 0
+    for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
+        steps = steps_of(trace["steps"])
+        feedback = [s for s in steps if s.role == "feedback"]
+        assert len(feedback) == 3 and all(s.parsed is not None for s in feedback)
+        assert all(sum(m["content"].count(rules) for m in s.messages) == 1 for s in steps[1:])
+        assert rules in feedback[0].messages[-1]["content"]
+        for s, answer in zip(feedback[1:], [x for x in steps if x.is_draft][1:], strict=True):
+            request = s.messages[-1]["content"]
+            assert request.endswith(FEEDBACK_AGAIN) and rules not in request
+            assert findings_text(answer.checks) in request  # this answer's own findings

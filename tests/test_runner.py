@@ -14,11 +14,11 @@ import pytest
 from pipeline import ConfigError, RunDirError, RunLocked, RunSummary, Settings, arun, load_job, run
 from pipeline.backends.realtime import RealTimeBackend
 from pipeline.commands.status import collect
-from pipeline.core.steps import Step
+from pipeline.core.trace import steps_of
 from pipeline.runs.rundir import RunDir
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.fakes import ScriptedClient
-from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.helpers import read_jsonl, sent, tasks, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ STEP_FIELDS = {
     "role",
     "model",
     "iteration",
-    "messages",
+    "added",
     "response",
     "parsed",
     "usage",
@@ -102,18 +102,20 @@ def test_refine_calls_carry_all_earlier_feedback_and_no_request_repeats(tmp_path
     tasks_by_id = {t["id"]: t["task"] for t in tasks(10)}
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         steps = trace["steps"]
-        for r in (s for s in steps if s["role"] == "refine"):
+        for r, asked in zip(steps, sent(trace), strict=True):
+            if r["role"] != "refine":
+                continue
             checked += r["iteration"] - 1
-            sent = "\n".join(m["content"] for m in r["messages"])
-            assert tasks_by_id[trace["id"]] in sent
+            text = "\n".join(m["content"] for m in asked)
+            assert tasks_by_id[trace["id"]] in text
             for fb in (
                 s for s in steps if s["role"] == "feedback" and s["iteration"] < r["iteration"]
             ):
-                assert all(action in sent for action in fb["parsed"]["actions"])
+                assert all(action in text for action in fb["parsed"]["actions"])
             for ans in (
                 s for s in steps if s.get("iteration_answer") and s["iteration"] < r["iteration"]
             ):
-                assert ans["output"] in sent
+                assert ans["output"] in text
     assert checked > 0, "some refine must have had history beyond the latest attempt"
 
 
@@ -182,9 +184,9 @@ def test_interrupted_run_resumes_without_repeating_calls(tmp_path: Path) -> None
     outs = read_jsonl(tmp_path / "run" / "outputs.jsonl")
     assert sorted(o["id"] for o in outs) == sorted(f"r{i}" for i in range(30))
     used = Counter(
-        orjson.dumps(s["messages"], option=orjson.OPT_SORT_KEYS)
+        orjson.dumps(m, option=orjson.OPT_SORT_KEYS)
         for t in read_jsonl(tmp_path / "run" / "traces.jsonl")
-        for s in t["steps"]
+        for m in sent(t)
     )
     # Every traced step is a call the server completed...
     assert not used - bodies
@@ -364,7 +366,8 @@ def test_min_iters_forces_a_refinement(tmp_path: Path) -> None:
             go(sim, inp, tmp_path / "bad", min_iters=3)
     for trace in read_jsonl(tmp_path / "run" / "traces.jsonl"):
         # (an attempt asked again is not an iteration: its repair is)
-        steps = [s for s in trace["steps"] if not Step.from_dict(s).superseded]
+        built = steps_of(trace["steps"])
+        steps = [s for s, b in zip(trace["steps"], built, strict=True) if not b.superseded]
         roles = [s["role"] for s in steps]
         assert roles[:4] == ["generate", "feedback", "refine", "feedback"]
 

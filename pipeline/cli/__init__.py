@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import AuthError, RefineError, StoreError
-from ..runner import EXIT
+from ..runs.exits import EXIT
 from .commands import COMMANDS, Console
 from .parser import build_parser, settings_from_args
 

@@ -7,20 +7,20 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
 import orjson
 
-from ..commands import estimate as estimate_mod
-from ..commands import jobs as jobs_mod
-from ..commands import merge as merge_mod
-from ..commands import status as status_mod
-from ..commands.export import export
 from ..errors import ConfigError
-from ..runner import EXIT, RunSummary, aresume, arun
+from ..runs.exits import EXIT
 from ..sandbox import SandboxMode
 from .parser import AUTO, settings_from_args
+
+if TYPE_CHECKING:
+    from ..runner import RunSummary
+
+# Each command imports what it needs when it runs: one that calls no model (status, show,
+# report, export, jobs, --help) starts without the runner and the HTTP SDKs it brings.
 
 __all__ = ["COMMANDS", "Console"]
 
@@ -64,6 +64,8 @@ def _print_summary(summary: RunSummary) -> None:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import anyio
+
     from ..commands.arms import parse_arms
     from ..commands.calibrate import acalibrate
     from ..commands.calibration import render
@@ -102,6 +104,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..runner import arun
+
     settings = settings_from_args(args)
     summary = anyio.run(
         lambda: arun(
@@ -118,6 +124,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..runner import aresume
+
     summary = anyio.run(
         lambda: aresume(
             args.run_dir,
@@ -131,11 +141,24 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from ..commands import status as status_mod
+
     info = status_mod.collect(args.run_dir)
     if args.json:
         Console.print(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode())
     else:
         Console.print(status_mod.render(info))
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from ..commands import show as show_mod
+
+    trace = show_mod.show(args.run_dir, args.record_id)
+    if args.json:
+        Console.print(show_mod.json_lines(trace).decode().rstrip("\n"))
+    else:
+        Console.print(show_mod.render(trace))
     return 0
 
 
@@ -151,6 +174,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
+    from ..commands import estimate as estimate_mod
+
     settings = settings_from_args(args)
     estimates = estimate_mod.run_estimate(
         args.job, args.input, settings, sample=args.sample, out=args.out
@@ -163,6 +188,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
+    import anyio
+
     from ..commands.cancel import acancel
 
     infos = anyio.run(lambda: acancel(args.run_dir))
@@ -176,6 +203,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from ..commands.export import export
+
     done = export(args.run_dir, args.output, with_input=args.with_input)
     Console.print(f"{done.rows} rows written to {done.path} ({done.format})")
     partial = done.partial()
@@ -191,12 +220,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
+    from ..commands import merge as merge_mod
+
     summary = merge_mod.merge(args.out_dir, args.run_dirs, partial=args.partial)
     Console.print(merge_mod.describe(summary))
     return summary.exit_code
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
+    from ..commands import jobs as jobs_mod
+
     if args.job is None:
         Console.print(jobs_mod.listing())
     else:
@@ -219,6 +252,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _cmd_run,
     "resume": _cmd_resume,
     "status": _cmd_status,
+    "show": _cmd_show,
     "jobs": _cmd_jobs,
     "report": _cmd_report,
     "estimate": _cmd_estimate,

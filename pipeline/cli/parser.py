@@ -109,6 +109,18 @@ def _add_status(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _add_show(sub: Any) -> None:
+    """`refine show`."""
+    p = sub.add_parser(
+        "show", help="one record's calls in order, each with its messages as sent (or in flight)"
+    )
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("record_id", metavar="ID", help="the record's id")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per call, its messages as sent"
+    )
+
+
 def _add_report(sub: Any) -> None:
     """`refine report`."""
     p = sub.add_parser(
@@ -303,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_resume(sub)
     _add_status(sub)
+    _add_show(sub)
     _add_report(sub)
     _add_estimate(sub)
     _add_calibrate(sub)

@@ -24,10 +24,25 @@
 Imports only ``pipeline.core`` (the call's record types) and ``pipeline.errors``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .budget import Budget, Reservation, Spending
-from .chat import OpenAIClient
 from .limits import Limiter, RateLimiter, estimate_tokens
 from .prices import Price, PriceBook, load_prices, price_book
+
+if TYPE_CHECKING:
+    from .chat import OpenAIClient
+
+
+def __getattr__(name: str) -> Any:
+    """``OpenAIClient`` is imported when first asked for (PEP 562): it brings the HTTP SDK,
+    which a command that calls no model never needs."""
+    if name == "OpenAIClient":
+        from .chat import OpenAIClient
+
+        return OpenAIClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Budget",

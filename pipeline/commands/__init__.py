@@ -3,6 +3,7 @@
 ::
 
     status      done/failed/pending, calls, tokens (cached among them), cost, batches
+    show        one record's calls in order, each request rebuilt exactly as sent
     estimate    calls, tokens, the cached share and dollars of a run, before it spends
     fit         the records whose prompt cannot fit the model's context window
     jobs        refine jobs: the built-in jobs listed, or one job checked and described

@@ -37,6 +37,7 @@ from ..core.loader import load_job
 from ..core.prompts import build_messages
 from ..core.records import Record
 from ..core.steps import CallKind, Role, Step
+from ..core.trace import steps_of
 from ..errors import ConfigError
 from ..io.records import count_records, read_records
 from ..runs.settings import Settings, cache_ttl_of, effective_job
@@ -397,7 +398,7 @@ def _uncached_costs(
     with traces.open("rb") as fh:
         for raw in fh:
             line = orjson.loads(raw)
-            steps = [Step.from_dict(d) for d in line["steps"]]
+            steps = steps_of(line["steps"])
             plain = [replace(s, usage={**s.usage, "cached_tokens": 0}) for s in steps]
             costs[str(line["id"])] = prices.steps_cost(
                 [s for s in plain if not s.failed], model_for

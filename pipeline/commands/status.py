@@ -26,7 +26,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
     prices = price_book(manifest.settings.prices, missing_ok=True)
     model_for = {"generate": manifest.model, "refine": manifest.model, "feedback": manifest.critic}
     t = tally_outputs(rd.outputs_path, prices, model_for)
-    unfinished, _, _ = read_steps(rd.journal_path, t.finished_ids)
+    unfinished = read_steps(rd.journal_path, t.finished_ids)
     t.add_unfinished(unfinished, prices, model_for)
     expected = rd.expected(manifest)
     active = rd.is_locked()

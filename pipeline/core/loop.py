@@ -419,5 +419,5 @@ async def refine_record(
         except CallError as err:
             return call_failed(job, record, steps, call, err)
         step = await make_step(job, record, call, comp, steps, policy.checks)
-        await sink.save(record.id, len(steps), step)
+        await sink.save(record.id, steps, step)
         steps.append(step)

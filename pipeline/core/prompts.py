@@ -9,7 +9,8 @@
     assistant   feedback 0
     user        the refine prompt                                         -> answer 1
     assistant   answer 1
-    user        the feedback prompt ...
+    user        (what the checks found) and "review it the same way": the feedback
+                prompt's rules are said once per conversation
 
 Each call sends the conversation up to its own request, the role's instruction last, so
 every call's messages extend the previous call's as they were sent: a provider's prefix
@@ -34,6 +35,7 @@ from .steps import CallKind, Role, Step
 __all__ = [
     "CHECKS_HEADING",
     "DEFAULT_RESTART",
+    "FEEDBACK_AGAIN",
     "build_messages",
     "feedback_request",
     "feedback_text",
@@ -43,6 +45,11 @@ __all__ = [
 
 # Before the checks' findings, where a feedback prompt does not place them itself.
 CHECKS_HEADING = "Automatic checks were run on this answer. They found:"
+# A later feedback request, once the conversation holds the feedback prompt's rules.
+FEEDBACK_AGAIN = (
+    "Review the latest answer above in the same way as the earlier one: the same "
+    "instructions and the same reply format."
+)
 DEFAULT_RESTART = (
     "An earlier answer to this was checked automatically, which found:\n\n{{findings}}\n\n"
     "Write a new answer from the start that avoids these problems, in the form asked above."
@@ -86,14 +93,34 @@ def findings_text(found: Sequence[str] | None) -> str:
     return "\n".join(f"- {text}" for text in found) if found else "(none)"
 
 
-def feedback_request(job: Job, record: Record, answer: Step) -> str:
+def _rules(job: Job, record: Record) -> str:
+    """The longest part of the record's feedback prompt that no answer changes: its rules
+    (and reply format), which the conversation needs to hold once."""
+    cut = "\x00"
+    parts = render(job.feedback_prompt, {**_values(job, record), "findings": cut}).split(cut)
+    return max((p.strip() for p in parts), key=len)
+
+
+def feedback_request(
+    job: Job, record: Record, answer: Step, before: Sequence[dict[str, str]] = ()
+) -> str:
     """The user turn asking for feedback on ``answer``, with what its checks found: where
-    the prompt has ``{{findings}}``, there; else after it, when they found something."""
-    values = {**_values(job, record), "findings": findings_text(answer.checks)}
-    prompt = render(job.feedback_prompt, values)
+    the prompt has ``{{findings}}``, there; else after it, when they found something.
+
+    The prompt's rules are said once per conversation: when the messages ``before`` it
+    (the conversation it extends) hold them already, a short request points back to them,
+    with the findings of this answer.
+    """
+    found = findings_text(answer.checks)
+    rules = _rules(job, record)
+    if rules and any(m["role"] == "user" and rules in m["content"] for m in before):
+        said = "findings" in placeholders(job.feedback_prompt) or answer.checks
+        checks = f"{CHECKS_HEADING}\n{found}\n\n" if said else ""
+        return checks + FEEDBACK_AGAIN
+    prompt = render(job.feedback_prompt, {**_values(job, record), "findings": found})
     if "findings" in placeholders(job.feedback_prompt) or not answer.checks:
         return prompt
-    return f"{CHECKS_HEADING}\n{findings_text(answer.checks)}\n\n{prompt}"
+    return f"{CHECKS_HEADING}\n{found}\n\n{prompt}"
 
 
 def feedback_text(job: Job, step: Step) -> str:
@@ -147,7 +174,7 @@ def build_messages(
         return [
             *[dict(m) for m in before],
             {"role": "assistant", "content": job.answer_kind.shown(answer.output)},
-            {"role": "user", "content": feedback_request(job, record, answer)},
+            {"role": "user", "content": feedback_request(job, record, answer, before)},
         ]
     feedback = _latest_feedback(steps, iteration - 1)
     return [

@@ -183,14 +183,15 @@ class Step:
         """An answer that stands: generate or refine, not failed, not asked again."""
         return self.role != "feedback" and not self.failed and not self.superseded
 
-    def to_dict(self) -> dict[str, Any]:
-        """The trace/checkpoint shape."""
+    def to_dict(self, sent: Mapping[str, Any]) -> dict[str, Any]:
+        """The trace/checkpoint shape, with ``sent`` standing for the messages (how a record's
+        steps store them is ``core.trace``'s business)."""
         d: dict[str, Any] = {
             "role": self.role,
             "kind": str(self.call_kind),
             "model": self.model,
             "iteration": self.iteration,
-            "messages": self.messages,
+            **sent,
             "response": self.response,
             "parsed": self.parsed,
             "usage": self.usage,
@@ -211,14 +212,15 @@ class Step:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Step:
-        """Rebuild a step from its checkpoint shape."""
+    def from_dict(cls, d: Mapping[str, Any], messages: list[dict[str, str]]) -> Step:
+        """Rebuild a step from its checkpoint shape and its ``messages`` as sent (rebuilt by
+        ``core.trace``)."""
         raw = d.get("kind")  # the trace's key for the call kind
         call_kind = CallKind(raw) if isinstance(raw, str) and raw in set(CallKind) else None
         return cls(
             role=d["role"],
             iteration=int(d["iteration"]),
-            messages=list(d["messages"]),
+            messages=messages,
             response=d["response"],
             parsed=d.get("parsed"),
             usage=dict(d["usage"]),
@@ -240,7 +242,11 @@ class Step:
 class StepSink(Protocol):
     """Where each completed step goes before the loop moves on (the journal)."""
 
-    async def save(self, record_id: str, index: int, step: Step) -> None: ...
+    async def save(self, record_id: str, earlier: Sequence[Step], step: Step) -> None:
+        """Keep ``step``, which follows ``earlier``, the record's steps before it (so its
+        index is ``len(earlier)``; the loop appends to it once this returns); return once
+        it is durable."""
+        ...
 
 
 def hook_errors_of(steps: Sequence[Step]) -> dict[str, int]:
@@ -332,13 +338,3 @@ class Outcome:
         if self.chosen_step is not None and self.chosen_step not in self.answer_steps:
             line["chosen_step"] = self.chosen_step  # a draft no iteration went on with
         return line
-
-    def trace_line(self) -> dict[str, Any]:
-        """The traces.jsonl object; each iteration's answer is marked ``iteration_answer``,
-        and the chosen answer ``chosen``."""
-        steps = [s.to_dict() for s in self.steps]
-        for i in self.answer_steps:
-            steps[i]["iteration_answer"] = True
-        if self.chosen_step is not None:
-            steps[self.chosen_step]["chosen"] = True
-        return {"id": self.record.id, "steps": steps}

@@ -31,7 +31,7 @@ from typing import Any
 from ..core.jobs import Job
 from ..core.loader import load_job
 from ..core.metrics import Better, MetricSpec, Source, compare
-from ..core.steps import Step
+from ..core.trace import steps_of
 from ..errors import RefineError
 from .payoff import Rates
 from .source import RunInfo, number
@@ -290,17 +290,23 @@ class Flips:
         steps = line.get("steps")
         steps = [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
         first = next(
-            (s for s in steps if s.get("iteration_answer") and s.get("iteration") == 0), None
+            (
+                i
+                for i, s in enumerate(steps)
+                if s.get("iteration_answer") and s.get("iteration") == 0
+            ),
+            None,
         )
-        chosen = next((s for s in steps if s.get("chosen")), None)
+        chosen = next((i for i, s in enumerate(steps) if s.get("chosen")), None)
         if first is None or chosen is None:
             self.unmarked += 1
             return
         try:
-            a, b = Step.from_dict(first), Step.from_dict(chosen)
-        except (KeyError, TypeError, ValueError):
+            built = steps_of(steps)
+        except ValueError:
             self.unmarked += 1
             return
+        a, b = built[first], built[chosen]
         self.compared += 1
         self.below += self.job.answer_kind.rank(b) < self.job.answer_kind.rank(a)
 

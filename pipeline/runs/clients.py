@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..client.anthropic import AnthropicClient
 from ..client.budget import Spending
-from ..client.calls import ChatClient
-from ..client.chat import OpenAIClient
 from ..client.context import context_window
 from ..client.limits import Limiter, RateLimiter
 from ..client.models import ModelId, Provider
 from .settings import Settings, cache_ttl_of
+
+if TYPE_CHECKING:
+    from ..client.calls import ChatClient
 
 __all__ = ["DIALECTS", "ClientPlan", "Endpoint", "open_client"]
 
@@ -54,13 +54,21 @@ class ClientPlan:
     api_key: str | None = field(repr=False)  # travels by call argument, never in a repr or log
 
 
+# Each dialect is imported when a client of it opens: it brings the HTTP SDK, which a command
+# that calls no model never needs.
+
+
 def _openai(settings: Settings, endpoint: Endpoint, options: dict[str, Any]) -> ChatClient[Any]:
+    from ..client.chat import OpenAIClient
+
     # The embedded model has no tiers: its calls are free and it is not asked for one.
     tier = None if endpoint.model_id.is_local else settings.service_tier
     return OpenAIClient(service_tier=tier, **options)
 
 
 def _anthropic(settings: Settings, endpoint: Endpoint, options: dict[str, Any]) -> ChatClient[Any]:
+    from ..client.anthropic import AnthropicClient
+
     return AnthropicClient(cache_ttl=cache_ttl_of(settings), **options)
 
 

@@ -19,8 +19,9 @@ from typing import IO, Any
 import orjson
 
 from ..core.steps import Outcome
+from ..core.trace import trace_line
 from ..errors import InputError, StoreError
-from .journal import repair_tail
+from .journal import line_id, repair_tail
 
 __all__ = ["RAW_LIMIT", "KeyedJsonl", "Outputs", "rejected_lines"]
 
@@ -31,7 +32,12 @@ class KeyedJsonl:
     """An append-only JSONL file that remembers which keys it holds."""
 
     def __init__(
-        self, path: Path, key: str, warn: Callable[[str], None], count: str | None = None
+        self,
+        path: Path,
+        key: str,
+        warn: Callable[[str], None],
+        count: str | None = None,
+        after_id: bytes | None = None,
     ) -> None:
         self.path = path
         self.key = key
@@ -42,6 +48,11 @@ class KeyedJsonl:
         if path.exists():
             with path.open("rb") as fh:
                 for lineno, raw in enumerate(fh, start=1):
+                    # A large line whose id comes first, then ``after_id``: read the id only.
+                    rid = None if after_id is None else line_id(raw, after_id)
+                    if rid is not None:
+                        self.keys.add(rid)
+                        continue
                     try:
                         obj = orjson.loads(raw)
                         if obj[key] in self.keys:
@@ -120,7 +131,7 @@ class Outputs:
 
     def __init__(self, run_dir: Path, warn: Callable[[str], None]) -> None:
         self.outputs = KeyedJsonl(run_dir / "outputs.jsonl", "id", warn, count="status")
-        self.traces = KeyedJsonl(run_dir / "traces.jsonl", "id", warn)
+        self.traces = KeyedJsonl(run_dir / "traces.jsonl", "id", warn, after_id=b',"steps":')
         self.errors = KeyedJsonl(run_dir / "errors.jsonl", "line", warn)
 
     @property
@@ -130,7 +141,7 @@ class Outputs:
 
     def finish(self, outcome: Outcome, cost_usd: float | None = None) -> None:
         """Write a finished record: its trace first, then its output line (which marks it done)."""
-        self.traces.append(outcome.trace_line())
+        self.traces.append(trace_line(outcome))
         self.outputs.append(outcome.output_line(cost_usd))
 
     def failed_ids(self) -> set[str]:
@@ -163,6 +174,12 @@ class Outputs:
                 "raw": None if err.raw is None else err.raw[:RAW_LIMIT],
             }
         )
+
+    def sync_records(self) -> None:
+        """Make the finished records' lines durable: traces, then outputs (safe to call
+        from another thread while records are written)."""
+        self.traces.sync()
+        self.outputs.sync()
 
     def sync(self) -> None:
         """Flush all three files to disk."""

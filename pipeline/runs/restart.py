@@ -22,7 +22,7 @@ def made_no_call(rd: RunDir) -> bool:
     """Whether no model call of the run in ``rd`` ever succeeded (and no batch was sent)."""
     if rd.batches_path.exists() and rd.batches_path.stat().st_size:
         return False
-    steps, _, _ = read_steps(rd.journal_path, set())
+    steps = read_steps(rd.journal_path, set())
     if any(steps.values()):
         return False
     if rd.outputs_path.exists():

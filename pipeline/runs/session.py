@@ -9,12 +9,11 @@ clients for progress and the summary.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -30,6 +29,7 @@ from ..core.records import Record
 from ..core.steps import Outcome, Step
 from ..errors import AuthError, BudgetReached, ConfigError, InputError, StoreError, UnavailableError
 from ..io.records import count_records, read_records
+from .exits import EXIT
 from .hooks import HookWatch
 from .journal import Journal
 from .manifest import Manifest
@@ -38,6 +38,7 @@ from .progress import Counters, Progress
 from .rundir import RunDir
 from .shards import shard_of
 from .tally import tally
+from .traces import read_traces, resumable
 
 __all__ = [
     "EXIT",
@@ -55,17 +56,6 @@ __all__ = [
 log = logging.getLogger("refine")
 
 # Exit statuses (documented in the README and `refine --help`).
-EXIT = {
-    "ok": 0,  # every input line became a record and every record is done
-    "partial": 1,  # some records failed, or some input lines could not be read
-    "config": 2,  # bad usage or configuration (also: unknown model, RUN_DIR in use)
-    "auth": 3,  # the endpoint refused the API key
-    "store": 4,  # the run directory cannot be written (disk full, read-only)
-    "unavailable": 5,  # the endpoint stayed down longer than --max-outage
-    "budget": 6,  # --budget reached; resumable with a larger budget
-    "detached": 75,  # --batch --detach: batches in flight; run the same command again
-    "interrupted": 130,  # SIGINT/SIGTERM: stopped cleanly, resumable
-}
 READ_BATCH = 256
 
 PROGRESS_EVERY_S = 1.0
@@ -204,9 +194,11 @@ class Session:
         self.halting = Halting()
         self.outputs = Outputs(rd.path, log.warning)
         self.outputs.sync()  # what the journal may drop below must be on disk first
-        self.journal = Journal(rd.journal_path, fsync=self.settings.fsync)
-        done = self.outputs.finished - self._reopen_failed()
-        self.prior = self.journal.load(done, log.warning)
+        self.journal = Journal(
+            rd.journal_path, fsync=self.settings.fsync, durable=self.outputs.sync_records
+        )
+        self._reopen_failed()
+        self.prior = self.journal.load(self.outputs.finished, log.warning)
         self.journal.open()
         used = tally(rd.outputs_path, self.prior, prices, self.model_for)
         self.budget = Budget(self.settings.budget, prices, spent=used.cost_usd or 0.0)
@@ -219,15 +211,17 @@ class Session:
         self._lines_seen = 0
         self._scope: anyio.CancelScope | None = None  # the run's, once supervised
 
-    def _reopen_failed(self) -> set[str]:
-        """With --retry-failed: take the failed records back (their journaled steps stay)."""
+    def _reopen_failed(self) -> None:
+        """With --retry-failed: take the failed records back, to resume from their traced
+        calls (journaled again before their lines go, so a kill loses none)."""
         if not self.settings.retry_failed:
-            return set()
+            return
         ids = self.outputs.failed_ids()
         if ids:
+            traced = read_traces(self.rd.traces_path, ids, log.warning)
+            self.journal.restore({rid: resumable(s) for rid, s in traced.items()}, log.warning)
             self.outputs.reopen(ids)
             log.info("retrying %d failed record(s) from their last completed call", len(ids))
-        return ids
 
     def sink(self) -> CountingSink:
         """Where loops save their steps."""
@@ -247,6 +241,7 @@ class Session:
         """Write a finished record and count it."""
         cost = self.prices.steps_cost(outcome.steps, self.model_for)
         self.outputs.finish(outcome, cost)
+        self.journal.finished(outcome.record.id)
         if outcome.status == "done":
             self.counters.done += 1
         else:
@@ -361,8 +356,12 @@ class Session:
         self._count_calls(counts)
         c.spent_usd = self.budget.total()
         self.progress.close()
-        with contextlib.suppress(StoreError):
+        try:
             self.outputs.sync()
+        except StoreError:
+            pass  # the journal keeps every entry then
+        else:
+            self.journal.compact()  # what finished is durable: its entries go
         self.outputs.close()
         failed = self.outputs.outputs.counts.get("failed", 0)
         bad = len(self.outputs.errors.keys)
@@ -420,8 +419,8 @@ class CountingSink:
         self.hooks = hooks
         self.halt = halt
 
-    async def save(self, record_id: str, index: int, step: Step) -> None:
-        await self.journal.save(record_id, index, step)
+    async def save(self, record_id: str, earlier: Sequence[Step], step: Step) -> None:
+        await self.journal.save(record_id, earlier, step)
         self.counters.prompt_tokens += step.usage.get("prompt_tokens", 0)
         self.counters.completion_tokens += step.usage.get("completion_tokens", 0)
         for failure in step.hook_errors:

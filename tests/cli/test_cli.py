@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from pipeline.testing.simulator import SimConfig, Simulator
-from tests.helpers import read_jsonl, tasks, wait_for_calls, write_jsonl
+from tests.helpers import read_jsonl, sent, tasks, wait_for_calls, write_jsonl
 
 REFINE = [sys.executable, "-m", "pipeline.cli"]
 
@@ -117,9 +117,7 @@ def test_sigkill_several_times_then_resume(tmp_path: Path) -> None:
     for f in ("outputs.jsonl", "traces.jsonl", "checkpoint.jsonl", "errors.jsonl"):
         if (run_dir / f).exists():
             assert_clean_jsonl(run_dir / f)
-    used = Counter(
-        orjson.dumps(s["messages"], option=orjson.OPT_SORT_KEYS) for t in traces for s in t["steps"]
-    )
+    used = Counter(orjson.dumps(m, option=orjson.OPT_SORT_KEYS) for t in traces for m in sent(t))
     assert not used - bodies
     assert sum((bodies - used).values()) <= killed * concurrency
 
@@ -154,10 +152,12 @@ def test_torn_files_repaired_on_resume(tmp_path: Path) -> None:
         args = run_args(inp, run_dir, sim.url, "--max-iters", "1", "--concurrency", "2")
         first = refine(*args, "--limit", "6")
         assert first.returncode == 0, first.stderr
-        for name in ("checkpoint.jsonl", "outputs.jsonl"):
-            path = run_dir / name
-            data = path.read_bytes()
-            path.write_bytes(data[: len(data) - 40])  # cut the last line mid-way
+        # The run compacted its journal to nothing; a kill mid-write leaves half an entry.
+        assert (run_dir / "checkpoint.jsonl").read_bytes() == b""
+        (run_dir / "checkpoint.jsonl").write_bytes(b'{"id":"r7","n":0,"step":{"role":"gen')
+        outputs = run_dir / "outputs.jsonl"
+        data = outputs.read_bytes()
+        outputs.write_bytes(data[: len(data) - 40])  # cut the last line mid-way
         again = refine(*args)
     assert again.returncode == 0, again.stderr
     assert "checkpoint.jsonl: repaired a torn final line" in again.stderr

@@ -224,7 +224,7 @@ def test_a_run_on_claude_costs_what_the_simulator_bills(tmp_path: Path) -> None:
     """A whole run with --model anthropic:NAME: every record done; the cost the outputs
     record equals the simulator's bill to the cent's millionth, cache reads and writes
     equal its accounting, and the critic's JSON came through structured outputs."""
-    inp = write_jsonl(tmp_path / "in.jsonl", tasks(6))
+    inp = write_jsonl(tmp_path / "in.jsonl", long_tasks(6, tokens=1500))  # cached from 1,024
     with Simulator(SimConfig(api_key=KEY, p_done=0.0)) as sim:
         settings = Settings(model=MODEL, base_url=sim.anthropic_url, max_iters=3, min_iters=2)
         summary = run("code-improve", inp, tmp_path / "run", settings, api_key=KEY)

@@ -15,6 +15,7 @@ from pipeline.client.budget import PROMPT_MARGIN, Budget
 from pipeline.client.prices import BUILTIN, Price, PriceBook, load_prices
 from pipeline.commands.status import collect, render
 from pipeline.core.steps import Step
+from pipeline.core.trace import steps_of
 from pipeline.testing.simulator import SimConfig, Simulator
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
@@ -298,7 +299,7 @@ def test_critic_on_another_model(tmp_path: Path) -> None:
         sorted(read_jsonl(tmp_path / "run" / "outputs.jsonl"), key=lambda x: str(x["id"])),
         strict=True,
     ):
-        steps_ = [Step.from_dict(d) for d in t["steps"]]
+        steps_ = steps_of(t["steps"])
         assert o["cost_usd"] == pytest.approx(book.steps_cost(steps_, {}))
     # the critic is part of the run's identity
     with (

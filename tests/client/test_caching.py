@@ -19,7 +19,7 @@ from pipeline.commands.status import collect, render
 from pipeline.report.aggregate import summarize
 from pipeline.testing.simulator import SimConfig, Simulator
 from pipeline.testing.simulator.caching import prefixes
-from tests.helpers import read_jsonl, write_jsonl
+from tests.helpers import read_jsonl, sent, write_jsonl
 
 # The simulator's bill and the run's --prices agree: dollars per million tokens.
 PRICES = {"sim-model": {"input": 1.0, "cached_input": 0.25, "output": 4.0, "batch": 0.5}}
@@ -155,12 +155,11 @@ def test_code_improve_prompts_hit_the_cache_and_cost_matches_the_bill(tmp_path: 
     traces = read_jsonl(out / "traces.jsonl")
     openings = set()
     for trace in traces:
-        steps = trace["steps"]
-        openings.add(orjson.dumps(steps[0]["messages"][0]))  # the shared part comes first
-        for before, after in pairwise(steps):
-            sent = before["messages"]
-            assert after["messages"][: len(sent)] == sent, "each call extends the previous"
-            assert after["messages"][len(sent)]["role"] == "assistant"
+        asked = sent(trace)
+        openings.add(orjson.dumps(asked[0][0]))  # the shared part comes first
+        for before, after in pairwise(asked):
+            assert after[: len(before)] == before, "each call extends the previous"
+            assert after[len(before)]["role"] == "assistant"
     assert len(openings) == 1
     outputs = read_jsonl(out / "outputs.jsonl")
     assert len(charges) == sum(o["usage"]["calls"] for o in outputs) > 30 * 3

@@ -26,6 +26,7 @@ from pipeline.commands.calibrate import CALIBRATION, calibrate, even_positions, 
 from pipeline.core.loader import load_job
 from pipeline.errors import ConfigError
 from pipeline.report import summarize
+from pipeline.runs.journal import read_steps
 from tests import gsm_server
 from tests.gsm_server import GsmServer, records
 from tests.helpers import read_jsonl, wait_for_calls, write_jsonl
@@ -343,13 +344,11 @@ def test_killed_calibrate_resumes_without_repeating_a_call(tmp_path: Path) -> No
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert not (out / CALIBRATION).exists()
-        journaled = set()
-        for line in (out / "refine" / "checkpoint.jsonl").read_bytes().splitlines():
-            try:  # a kill may tear the last line; the resumed run drops it too
-                step = orjson.loads(line)["step"]
-            except orjson.JSONDecodeError:
-                continue
-            journaled.add(orjson.dumps(step["messages"], option=orjson.OPT_SORT_KEYS))
+        journaled = {  # a kill may tear the last line; the resumed run drops it too
+            orjson.dumps(s.messages, option=orjson.OPT_SORT_KEYS)
+            for steps in read_steps(out / "refine" / "checkpoint.jsonl", set()).values()
+            for s in steps
+        }
         before = len(server.bodies)
         done = refine(*args)
         after = Counter(

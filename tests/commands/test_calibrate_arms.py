@@ -22,7 +22,7 @@ import pytest
 from pipeline.commands.arms import Part, size_best_of_n
 from pipeline.commands.calibration import CALIBRATION
 from pipeline.testing.simulator import AnswerKey, SimConfig, Simulator
-from tests.helpers import SHARED_DATA, read_jsonl, write_jsonl
+from tests.helpers import SHARED_DATA, read_jsonl, sent, write_jsonl
 
 REFINE = [sys.executable, "-m", "pipeline.cli"]
 ENV = {**os.environ, "OPENAI_API_KEY": "sk-test"}
@@ -112,7 +112,7 @@ def right_by_label(cal: Calibration, arm: str) -> int:
     for run_dir in arm_entry(cal, arm)["run_dirs"]:
         for trace in read_jsonl(cal.out / run_dir / "traces.jsonl"):
             steps: list[dict[str, Any]] = trace["steps"]
-            asked = steps[0]["messages"][-1]["content"]
+            asked = sent(trace)[0][-1]["content"]
             (problem,) = [q for q in labels if q in asked]
             if arm == "first":
                 answer = next(s for s in steps if s.get("iteration_answer") and not s["iteration"])

@@ -26,6 +26,7 @@ from pipeline.core.loop import (
 )
 from pipeline.core.records import Record
 from pipeline.core.steps import CallKind, Completion, Outcome, Step
+from pipeline.core.trace import steps_of, stored_steps, trace_line
 from pipeline.errors import AuthError, CallError, FatalCallError
 from tests.fakes import RecordingSink, ScriptedClient
 
@@ -467,13 +468,13 @@ async def test_every_step_is_saved_in_order_before_the_next_call() -> None:
 async def test_resume_from_prior_steps_repeats_no_call(done: int) -> None:
     """Resuming after k saved steps makes only the remaining calls and gives the same outcome."""
     full, _, _ = await run(SCRIPT)
-    prior = [Step.from_dict(orjson.loads(orjson.dumps(s.to_dict()))) for s in full.steps[:done]]
-    resumed, client, sink = await run(SCRIPT[done:], prior=prior)
+    stored = orjson.loads(orjson.dumps(stored_steps(full.steps[:done])))
+    resumed, client, sink = await run(SCRIPT[done:], prior=steps_of(stored))
     assert client.messages == [s.messages for s in full.steps[done:]]
     assert [i for _, i, _ in sink.saved] == list(range(done, len(SCRIPT)))
     assert resumed == full
     assert resumed.output_line() == full.output_line()
-    assert resumed.trace_line() == full.trace_line()
+    assert trace_line(resumed) == trace_line(full)
 
 
 def cut_off(text: str) -> Completion:

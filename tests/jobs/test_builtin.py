@@ -27,6 +27,7 @@ from pipeline.core.loader import load_job
 from pipeline.core.loop import Call, Policy, Stop, make_step, next_call
 from pipeline.core.records import Record
 from pipeline.core.steps import Completion, Step
+from pipeline.core.trace import steps_of
 from pipeline.errors import InputError
 from pipeline.io.records import read_records
 from pipeline.testing.simulator import Simulator
@@ -676,7 +677,7 @@ def test_job_runs_end_to_end_on_original_records(name: str, sim: Simulator, tmp_
         # each record's own text reached the model in its generate prompt
         generate = traces[o["id"]][0]
         assert generate["role"] == "generate"
-        prompt = generate["messages"][-1]["content"]
+        prompt = steps_of(traces[o["id"]])[0].messages[-1]["content"]
         fields = inputs[o["line"] - 1]
         assert all(piece in prompt for f in shown for piece in field_texts(fields.get(f)))
         if job.evaluator is not None:

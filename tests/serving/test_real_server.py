@@ -40,7 +40,7 @@ from pipeline.serving import endpoint as serving
 from pipeline.serving.cpu import PORTABLE, find_cpu_library, is_x86_64, probe_build
 from pipeline.serving.smoke import smoke
 
-from ..helpers import read_jsonl, write_jsonl
+from ..helpers import read_jsonl, sent, write_jsonl
 from .fakes import quiet
 
 # An AVX-512 register operand, or an AMX tile instruction, in objdump's listing.
@@ -243,8 +243,9 @@ async def test_real_local_run_parses_feedback(tmp_path: Path, default_model: Loc
     # maxLength, and is spelled out in the prompt, which the server does not show the model.
     schema = load_job("commongen").feedback_schema
     assert schema is not None
+    asked = {id(s): m for s, m in zip(trace["steps"], sent(trace), strict=True)}
     for step in feedback:
-        assert "JSON Schema" in step["messages"][-1]["content"]
+        assert "JSON Schema" in asked[id(step)][-1]["content"]
         for name, spec in schema["properties"].items():
             if spec.get("type") == "array":
                 cap = spec["items"]["maxLength"] if spec["items"].get("type") == "string" else None
@@ -329,9 +330,10 @@ async def test_real_local_run_reports_cached_tokens(
     assert isinstance(trace, dict)
     steps = trace["steps"]
     assert len(steps) >= 2
-    for before, step in itertools.pairwise(steps):
+    asked = sent(trace)
+    for i, (before, step) in enumerate(itertools.pairwise(steps)):
         # The previous call's prompt is a prefix of this one's (a repair resends it whole,
         # and the server computes its last token again): served from the slot.
-        repeat = int(step["messages"] == before["messages"])
+        repeat = int(asked[i + 1] == asked[i])
         cached = step["usage"]["cached_tokens"]
         assert cached >= before["usage"]["prompt_tokens"] - repeat, step["role"]

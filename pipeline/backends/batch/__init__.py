@@ -17,24 +17,50 @@
 ``refine cancel`` (``pipeline.commands.cancel``) uses the api and the ledger.
 """
 
-from .anthropic import AnthropicBatchAPI
-from .api import (
-    BatchAPI,
-    BatchInfo,
-    OpenAIBatchAPI,
-    Side,
-    Sides,
-    find_by_token,
-    find_upload,
-    input_file_name,
-)
-from .backend import BatchBackend
-from .config import BatchConfig
-from .driver import BatchDriver
-from .ledger import Entry, Ledger, LedgerState, read_ledger
-from .opening import open_sides
+import importlib
+from typing import TYPE_CHECKING, Any
 
-backend_class = BatchBackend  # what ``pipeline.backends.named("batch")`` builds
+from .config import BatchConfig
+from .ledger import Entry, Ledger, LedgerState, read_ledger
+
+if TYPE_CHECKING:
+    from .anthropic import AnthropicBatchAPI
+    from .api import (
+        BatchAPI,
+        BatchInfo,
+        OpenAIBatchAPI,
+        Side,
+        Sides,
+        find_by_token,
+        find_upload,
+        input_file_name,
+    )
+    from .backend import BatchBackend
+    from .driver import BatchDriver
+    from .opening import open_sides
+
+    backend_class = BatchBackend
+
+# Imported when first asked for (PEP 562): these bring an HTTP SDK, which reading a
+# run's ledger (refine status) never needs.
+_FROM_API = "BatchAPI BatchInfo OpenAIBatchAPI Side Sides find_by_token find_upload input_file_name"
+_LAZY = {
+    **dict.fromkeys(_FROM_API.split(), ".api"),
+    "AnthropicBatchAPI": ".anthropic",
+    "open_sides": ".opening",
+    "BatchBackend": ".backend",
+    "BatchDriver": ".driver",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "backend_class":  # what ``pipeline.backends.named("batch")`` builds
+        return __getattr__("BatchBackend")
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(where, __name__), name)
+
 
 __all__ = [
     "AnthropicBatchAPI",

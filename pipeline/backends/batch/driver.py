@@ -360,7 +360,7 @@ class BatchDriver:
         )
         job = self.session.job
         step = await make_step(job, held.record, call, comp, held.steps, self.session.policy.checks)
-        await self.sink.save(held.record.id, len(held.steps), step)
+        await self.sink.save(held.record.id, held.steps, step)
         held.steps.append(step)
         budget = self.session.budget
         if held.reservation is not None:

@@ -31,7 +31,6 @@ import orjson
 
 from ...errors import StoreError
 from ...runs.journal import repair_tail
-from .lines import custom_id
 
 __all__ = ["Entry", "Ledger", "LedgerState", "custom_ids", "read_ledger"]
 
@@ -154,6 +153,8 @@ def custom_ids(path: Path) -> dict[str, CallKey]:
     For audits: which of a provider's lines answered which call. A compacted ledger holds
     the intents of open batches only.
     """
+    from .lines import custom_id  # here: lines brings the HTTP SDK, which status never needs
+
     calls: dict[str, CallKey] = {}
     if not path.exists():
         return calls

@@ -33,6 +33,7 @@ from ...client.prices import at_batch_rate
 from ...client.reach import PREFLIGHT_S, preflight
 from ...core.records import Record
 from ...core.steps import Step
+from ...core.trace import step_of
 from ...errors import BudgetReached, ConfigError, StoreError, UnavailableError
 from ...runs.clients import ClientPlan
 from ...runs.session import CallCounts, Halt, Session, halt_of
@@ -351,6 +352,7 @@ class _Link:
         """Journal the steps (one group commit) and charge them; False when that failed."""
         session = self.run.session
         sink = session.sink()
+        steps: list[Step] = []
         failed: StoreError | None = None
         try:
             async with anyio.create_task_group() as tg:
@@ -361,17 +363,20 @@ class _Link:
                             f"record {e.record_id}: step {e.index} arrived after "
                             f"{len(running.steps)} steps"
                         )
-                    running.steps.append(e.step)
-                    tg.start_soon(sink.save, e.record_id, e.index, e.step)
+                    earlier = running.steps[:]
+                    step = step_of(e.step, earlier)
+                    running.steps.append(step)
+                    steps.append(step)
+                    tg.start_soon(sink.save, e.record_id, earlier, step)
         except* StoreError as group:
             failed = group.exceptions[0]  # type: ignore[assignment]
         if failed is not None:
             self.run.halt(Halt.STORE, failed)
             return False
         if not self.run.budgeted:  # under --budget the settlements add up instead
-            for e in saves:
-                model = e.step.model or session.model_for[e.step.role]
-                session.budget.charge(model, e.step.usage)
+            for step in steps:
+                model = step.model or session.model_for[step.role]
+                session.budget.charge(model, step.usage)
         self.acks.extend(e.seq for e in saves)
         return True
 

@@ -12,6 +12,7 @@ Everything here crosses process boundaries: plain values only (errors too, see W
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ...core.records import Record
 from ...core.steps import Outcome, Step
@@ -78,12 +79,16 @@ class Assignment:
 
 @dataclass(frozen=True, slots=True)
 class Saved:
-    """A completed call: the worker's loop waits until the driver acknowledges ``seq``."""
+    """A completed call: the worker's loop waits until the driver acknowledges ``seq``.
+
+    The step travels in its stored form (``core.trace``): the messages it added to the
+    record's conversation, not the whole conversation again.
+    """
 
     seq: int
     record_id: str
     index: int
-    step: Step
+    step: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import os
 import socket
 import traceback
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from ...client.prices import PriceBook
 from ...core.jobs import Job
 from ...core.loop import Policy, refine_record
 from ...core.steps import Completion, ModelClient, Request, Step
+from ...core.trace import stored_step
 from ...errors import BudgetReached, FatalCallError
 from ...runs.clients import Endpoint, open_client
 from ...runs.settings import Settings, effective_job
@@ -95,12 +97,12 @@ class _AckSink:
     def __init__(self, session: _Session) -> None:
         self._session = session
 
-    async def save(self, record_id: str, index: int, step: Step) -> None:
+    async def save(self, record_id: str, earlier: Sequence[Step], step: Step) -> None:
         s = self._session
         seq = next(s.seqs)
         journaled = anyio.Event()
         s.unacked[seq] = journaled
-        s.emit(Saved(seq, record_id, index, step))
+        s.emit(Saved(seq, record_id, len(earlier), stored_step(step, earlier)))
         await journaled.wait()
         s.known[record_id] += 1
 

@@ -30,6 +30,7 @@ from tests.backends.batch.test_simulated import (
     assert_paid_once,
 )
 from tests.batch_faults import POINTS
+from tests.client.test_caching import long_tasks
 from tests.helpers import read_jsonl, tasks, write_jsonl
 
 MODEL = "anthropic:claude-sonnet-4-6"
@@ -56,7 +57,7 @@ def test_every_round_goes_through_message_batches_at_half_price(tmp_path: Path) 
     paid once; the cost the outputs record equals the server's batch-rate bill, and the
     cache reads and writes (an hour's, under --batch) the traces count equal its
     accounting."""
-    inp = write_jsonl(tmp_path / "in.jsonl", tasks(6))
+    inp = write_jsonl(tmp_path / "in.jsonl", long_tasks(6, tokens=1500))  # cached from 1,024
     out = tmp_path / "run"
     with Simulator(SIM) as sim:
         summary = claude_batch_run(sim, inp, out)

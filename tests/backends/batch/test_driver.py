@@ -18,8 +18,9 @@ from pipeline.client.prices import PriceBook
 from pipeline.commands.cancel import cancel
 from pipeline.commands.status import collect
 from pipeline.core.steps import Completion, ModelClient, Request
+from pipeline.core.trace import steps_of
 from tests.fake_batches import FakeBatchAPI, FakeClock, answer_text, completion
-from tests.helpers import read_jsonl, tasks, write_jsonl
+from tests.helpers import read_jsonl, sent, tasks, write_jsonl
 
 MODEL = "gpt-4o-mini"
 FAST = BatchConfig(creates_per_s=1e6, polls_per_s=1e6)
@@ -101,14 +102,14 @@ def test_batch_run_matches_real_time_at_half_the_cost(tmp_path: Path) -> None:
     for rid, o in b_out.items():
         assert outcome_fields(o) == outcome_fields(r_out[rid])
         assert o["cost_usd"] == pytest.approx(r_out[rid]["cost_usd"] / 2, rel=1e-3)
-    r_traces = {t["id"]: t["steps"] for t in read_jsonl(tmp_path / "rt" / "traces.jsonl")}
+    r_traces = {t["id"]: steps_of(t["steps"]) for t in read_jsonl(tmp_path / "rt" / "traces.jsonl")}
     batch_ids = set(api.batches)
     for t in read_jsonl(tmp_path / "b" / "traces.jsonl"):
-        steps = t["steps"]
-        assert [(s["role"], s["messages"], s["response"]) for s in steps] == [
-            (s["role"], s["messages"], s["response"]) for s in r_traces[t["id"]]
+        steps = steps_of(t["steps"])
+        assert [(s.role, s.messages, s.response) for s in steps] == [
+            (s.role, s.messages, s.response) for s in r_traces[t["id"]]
         ]
-        assert all(s["batch_id"] in batch_ids for s in steps)
+        assert all(s["batch_id"] in batch_ids for s in t["steps"])
     # Feedback lines ask for the schema exactly as the real-time client does.
     formats = [b["response_format"] for b in api.bodies if "response_format" in b]
     assert formats and all(
@@ -204,8 +205,10 @@ def test_refused_response_format_steps_down_like_real_time(tmp_path: Path) -> No
     feedback = [b for b in api.bodies if "response_format" in b]
     assert {b["response_format"]["type"] for b in feedback} == {"json_schema", "json_object"}
     for t in read_jsonl(tmp_path / "run" / "traces.jsonl"):
-        (step,) = [s for s in t["steps"] if s["role"] == "feedback"][:1]
-        assert "JSON Schema" in step["messages"][-1]["content"]  # the schema spelled out
+        ((step, asked),) = [
+            (s, m) for s, m in zip(t["steps"], sent(t), strict=True) if s["role"] == "feedback"
+        ][:1]
+        assert "JSON Schema" in asked[-1]["content"]  # the schema spelled out
         assert step["attempts"] == 2 and [t[0] for t in step["tries"]] == [400, 200]
     assert summary.counters.retries == 0
 

@@ -66,9 +66,18 @@ def journal_keys(run_dir: Path) -> Counter[tuple[str, int]]:
     return Counter((e["id"], e["n"]) for e in read_jsonl(run_dir / "checkpoint.jsonl"))
 
 
+def kept_keys(run_dir: Path) -> Counter[tuple[str, int]]:
+    """The steps a run kept by (record id, step index): journaled, or traced once finished
+    (a finished record's entries leave the journal)."""
+    traced = Counter(
+        (t["id"], n) for t in read_jsonl(run_dir / "traces.jsonl") for n in range(len(t["steps"]))
+    )
+    return journal_keys(run_dir) + traced
+
+
 def assert_paid_once(answers: Counter[tuple[str, int]], run_dir: Path) -> None:
-    """Each call answered once, and each checkpointed step is exactly one answered call."""
-    journal = journal_keys(run_dir)
+    """Each call answered once, and each step the run kept is exactly one answered call."""
+    journal = kept_keys(run_dir)
     assert max(answers.values()) == 1 and max(journal.values()) == 1
     assert answers.keys() == journal.keys()
 

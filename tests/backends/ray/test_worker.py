@@ -29,6 +29,7 @@ from pipeline.client.prices import PriceBook
 from pipeline.core.loader import load_job
 from pipeline.core.records import Record
 from pipeline.core.steps import Outcome, Request, Step
+from pipeline.core.trace import step_of, stored_step
 from pipeline.errors import AuthError, BudgetReached, ConfigError, FatalCallError, UnavailableError
 from pipeline.runs.clients import Endpoint
 from pipeline.runs.settings import Settings, resolve
@@ -229,10 +230,11 @@ async def test_a_record_resumes_from_the_steps_it_is_given() -> None:
     async with started(max_iters=1) as (driver, sim):
         await driver.until(lambda ev: bool(ev), ack=False, assign=(Assignment(record()),))
         first = driver.events[0]
-        assert isinstance(first, Saved) and first.step.role == "generate"
+        assert isinstance(first, Saved) and first.step["role"] == "generate"
     async with started(max_iters=1) as (driver, sim):
-        await driver.until(finished(1), assign=(Assignment(record(), (first.step,)),))
-        roles = [e.step.role for e in driver.events if isinstance(e, Saved)]
+        given = (step_of(first.step, []),)
+        await driver.until(finished(1), assign=(Assignment(record(), given),))
+        roles = [e.step["role"] for e in driver.events if isinstance(e, Saved)]
         assert roles[0] == "feedback" and "generate" not in roles
         assert [e.index for e in driver.events if isinstance(e, Saved)] == list(
             range(1, len(roles) + 1)
@@ -280,7 +282,11 @@ def test_messages_cross_processes() -> None:
         "i",
         1,
         "host",
-        (Saved(3, "r0", 0, step), Finished(outcome), Halted("r1", WireError("BudgetReached", "m"))),
+        (
+            Saved(3, "r0", 0, stored_step(step, [])),
+            Finished(outcome),
+            Halted("r1", WireError("BudgetReached", "m")),
+        ),
         reserve=((0, "sim-model", 120, 1024),),
         settled=((0, {"prompt_tokens": 100, "completion_tokens": 7}), (1, None)),
     )
@@ -361,4 +367,4 @@ async def test_a_workers_hooks_run_in_the_runs_sandbox_mode(
         finally:
             await worker.close()
     steps = [e.step for e in driver.events if isinstance(e, Saved)]
-    assert [s.checks for s in steps] == [[f"mode {mode.value}"]]
+    assert [s["checks"] for s in steps] == [[f"mode {mode.value}"]]
