@@ -43,7 +43,7 @@ from .runs.restart import made_no_call, start_over
 from .runs.rundir import RunDir
 from .runs.session import EXIT, CallCounts, Halt, RunSummary, Session, halt_of
 from .runs.settings import Settings, effective_job, resolve
-from .runs.urls import OPENAI_URL, carry_endpoints, endpoint_use, record_endpoints
+from .runs.urls import carry_endpoints, endpoint_use, provider_of, record_endpoints
 from .sandbox import Isolation, SandboxMode, require_isolation, use_mode
 
 __all__ = ["EXIT", "RunSummary", "Settings", "aresume", "arun", "resume", "run"]
@@ -106,8 +106,8 @@ def _isolation(job: Job, settings: Settings) -> Isolation | None:
 
 
 def _resolve_endpoint(settings: Settings) -> Endpoint:
-    model = settings.model
-    return Endpoint(model, ModelId.parse(model), settings.base_urls(), settings.structured, None)
+    model = ModelId.parse(settings.model)  # requests name the model without its prefix
+    return Endpoint(model.name, model, settings.base_urls(), settings.structured, None)
 
 
 @contextlib.asynccontextmanager
@@ -141,8 +141,8 @@ async def _endpoints(
                 if settings.feedback_base_url
                 else (() if settings.local else generator.urls)
             )
-            model = settings.feedback_model
-            critic = Endpoint(model, ModelId.parse(model), urls, settings.structured, None)
+            model = ModelId.parse(settings.feedback_model)
+            critic = Endpoint(model.name, model, urls, settings.structured, None)
         if critic is not None and critic.model_id == generator.model_id:
             critic = None  # the critic is the generator
         yield generator, critic
@@ -175,7 +175,8 @@ def _check_budget(prices: PriceBook, generator: Endpoint, critic: Endpoint | Non
             raise ConfigError(
                 f"--budget needs the price of {str(side.model_id)!r}, which is not in the "
                 "built-in table: give it with --prices FILE (JSON or TOML: model -> "
-                "{input, output[, cached_input, batch]}, dollars per million tokens)"
+                "{input, output[, cached_input, cache_write, cache_write_1h, batch]}, dollars "
+                "per million tokens)"
             )
 
 
@@ -230,6 +231,7 @@ def _begin(
         settings.local,
         None if critic is None else settings.feedback_base_url,
         manifest.runs,
+        provider_of(settings),
     )
     manifest, note = record_endpoints(manifest, old, use)
     if note:
@@ -294,8 +296,10 @@ async def arun(
     backend = _backend(settings, backend)
     # before a local server starts or a call is made (a child runs: off the event loop)
     isolation = await anyio.to_thread.run_sync(_isolation, job, settings)
+    provider = provider_of(settings)
+    key_env = provider.key_env or "OPENAI_API_KEY"  # (the embedded model's critic: OpenAI's)
     if api_key is None:
-        api_key = os.environ.get("OPENAI_API_KEY")
+        api_key = os.environ.get(key_env)
     prices = price_book(settings.prices)
     rd = RunDir(Path(out_dir))
     with rd.lock():
@@ -307,12 +311,14 @@ async def arun(
             needs_key = backend.opens_clients and not settings.local and not generator.urls
             if needs_key and not api_key:
                 raise ConfigError(
-                    "OPENAI_API_KEY is not set (or give --base-url for a server "
+                    f"{key_env} is not set (or give --base-url for a server "
                     "that needs no key, or --local)"
                 )
             if needs_key:
                 log.info(
-                    "no --base-url or $OPENAI_BASE_URL: the calls go to OpenAI (%s)", OPENAI_URL
+                    "no --base-url or $%s: the calls go to %s",
+                    provider.url_env,
+                    provider.default_url,
                 )
             if settings.budget is not None:
                 _check_budget(prices, generator, critic_side)

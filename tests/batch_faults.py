@@ -1,8 +1,9 @@
 """A `refine run --batch` that dies (SIGKILL) at one moment of a batch's life, for crash tests.
 
 ``python -m tests.batch_faults POINT ARGS...`` runs ``refine ARGS...`` (a ``run --batch``
-command line) through the library, with a Batch API backend over ``Dying``: the OpenAI
-Batch API at the run's URL, wrapped to kill the process at POINT, as a power cut would:
+command line) through the library, with a Batch API backend over ``Dying``: the model's
+batch API at the run's URL (OpenAI's, or Anthropic's Message Batches for an anthropic:
+model), wrapped to kill the process at POINT, as a power cut would:
 
     after_upload       the input file is uploaded; its id is not yet in the ledger
     before_create      the file's id is in the ledger; the batch is not yet created
@@ -24,9 +25,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from unittest import mock
 
 from pipeline import run
-from pipeline.backends.batch import BatchAPI, BatchBackend, BatchInfo, Ledger, OpenAIBatchAPI
+from pipeline.backends.batch import BatchAPI, BatchBackend, BatchInfo, Ledger
 from pipeline.backends.batch.api import FileInfo
+from pipeline.backends.batch.opening import BATCH_APIS
 from pipeline.cli.parser import build_parser, settings_from_args
+from pipeline.client.models import ModelId
+from pipeline.runs.settings import cache_ttl_of
 
 POINTS = ("after_upload", "before_create", "after_create", "before_collected")
 
@@ -87,7 +91,9 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(refine)
     settings = settings_from_args(args)
     (url,) = settings.base_urls()
-    api = Dying(OpenAIBatchAPI(url, os.environ["OPENAI_API_KEY"], timeout=60.0), point)
+    provider = ModelId.parse(settings.model).provider
+    key = os.environ.get(provider.key_env or "OPENAI_API_KEY")
+    api = Dying(BATCH_APIS[provider](url, key, 60.0, cache_ttl_of(settings)), point)
     dying_ledger = mock.patch.object(Ledger, "collected", lambda *_, **__: die())
     with dying_ledger if point == "before_collected" else contextlib.nullcontext():
         summary = run(

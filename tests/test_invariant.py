@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from pipeline import Settings, run
+from pipeline.backends.batch import BatchBackend, BatchConfig
 from pipeline.core.jobs import builtin_jobs
 from pipeline.core.loader import load_job
 from pipeline.core.prompts import FEEDBACK_AGAIN, field_text, findings_text
@@ -28,20 +29,62 @@ def records_for(name: str) -> list[dict[str, Any]]:
     return [{**row, "id": f"r{i}"} for i, row in enumerate(rows[:4])]
 
 
+def _sent(body: dict[str, Any]) -> bytes:
+    """A request's conversation: its messages (and Anthropic's system blocks), breakpoints
+    left out (they move as a conversation grows)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items() if k != "cache_control"}
+        return [plain(v) for v in value] if isinstance(value, list) else value
+
+    return orjson.dumps([plain(body.get("system")), plain(body["messages"])])
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "anthropic-batch"])
 @pytest.mark.parametrize("name", sorted(builtin_jobs()))
-def test_every_refine_call_carries_the_whole_history(name: str, tmp_path: Path) -> None:
-    """--max-iters 2 --min-iters 1: every refine call holds each shown input field, every
-    earlier iteration's answer, every earlier feedback's actions and what the checks found;
-    no two requests carry the same messages."""
+def test_every_refine_call_carries_the_whole_history(
+    name: str, provider: str, tmp_path: Path
+) -> None:
+    """--max-iters 2 --min-iters 1, on an OpenAI-compatible endpoint, on Claude over
+    Anthropic's Messages API and through its Message Batches (every round batched): every
+    refine call holds each shown input field, every earlier iteration's answer, every
+    earlier feedback's actions and what the checks found; no two requests carry the same
+    messages."""
     job = load_job(name)
     rows = records_for(name)
     inp = write_jsonl(tmp_path / "in.jsonl", rows)
-    with Simulator(SimConfig(p_done=0.0)) as sim:
-        settings = Settings(model="sim", base_url=sim.url, max_iters=2, min_iters=1)
-        summary = run(name, inp, tmp_path / "run", settings, api_key="k", show_progress=False)
-        sent = [orjson.dumps(b["messages"]) for b in sim.completed_bodies()]
+    config = SimConfig(p_done=0.0, batch_validating_s=0.02, batch_delay_s=0.1)
+    with Simulator(config) as sim:
+        backend = None
+        if provider == "openai":
+            settings = Settings(model="sim", base_url=sim.url, max_iters=2, min_iters=1)
+        else:
+            url, model = sim.anthropic_url, "anthropic:claude-sonnet-4-6"
+            batch = provider == "anthropic-batch"
+            settings = Settings(
+                model=model, base_url=url, max_iters=2, min_iters=1, batch=batch, poll=0.02
+            )
+            if batch:
+                backend = BatchBackend(config=BatchConfig(creates_per_s=100, polls_per_s=500))
+        summary = run(
+            name,
+            inp,
+            tmp_path / "run",
+            settings,
+            api_key="k",
+            show_progress=False,
+            backend=backend,
+        )
+        bodies = sim.completed_bodies()
+        batched = [r for r in sim.requests if r.is_batch]
+        sent = [_sent(b) for b in bodies]
+        claude = [b for b in bodies if isinstance(b.get("system"), list)]
     assert summary.exit_code == 0
     assert len(set(sent)) == len(sent)
+    # every call went over the provider's own API (through batches: every one of them)
+    assert len(claude) == (0 if provider == "openai" else len(bodies))
+    assert len(batched) == (len(bodies) if provider == "anthropic-batch" else 0)
     shown = [f.name for f in job.inputs if f.use == "prompt"]
     by_id = {row["id"]: row for row in rows}
     refines = 0

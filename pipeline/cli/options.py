@@ -9,8 +9,9 @@ from pathlib import Path
 
 from ..client.delays import RETRY_AFTER_CAP_S
 from ..client.flex import SERVICE_TIERS
+from ..client.formats import LEVELS
 from ..errors import ConfigError
-from ..runs.settings import Settings, parse_shard
+from ..runs.settings import CACHE_TTLS, Settings, parse_shard
 from ..sandbox import SandboxMode
 
 __all__ = [
@@ -109,14 +110,20 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         "Parquet, or CSV with a header row; for Parquet and CSV a record's line is its "
         "1-based row number",
     )
-    p.add_argument("--model", default=_DEFAULTS.model, help="model name (default %(default)s)")
+    p.add_argument(
+        "--model",
+        default=_DEFAULTS.model,
+        help="model name on an OpenAI-compatible endpoint, or anthropic:NAME for a Claude "
+        "model over Anthropic's Messages API (default %(default)s)",
+    )
     p.add_argument(
         "--base-url",
         action="append",
         metavar="URL",
-        help="OpenAI-compatible endpoint (default: the run's own, for an existing RUN_DIR; "
-        "else $OPENAI_BASE_URL, else OpenAI); give it more than once for replicas of the "
-        "model (the least loaded gets each request); the API key comes from $OPENAI_API_KEY",
+        help="the model's endpoint (default: the run's own, for an existing RUN_DIR; else "
+        "$OPENAI_BASE_URL, else OpenAI; for anthropic:NAME $ANTHROPIC_BASE_URL, else "
+        "Anthropic); give it more than once for replicas of the model (the least loaded "
+        "gets each request); the API key comes from $OPENAI_API_KEY ($ANTHROPIC_API_KEY)",
     )
     p.add_argument(
         "--feedback-model",
@@ -142,10 +149,12 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         "--prices",
         metavar="FILE",
         help="prices over (and beside) the built-in table: a JSON or TOML file mapping each "
-        "model name to {input, output, cached_input, batch}: input, output and cached_input "
-        "(prompt tokens the provider's cache served; default: the input price) in dollars "
-        "per million tokens, batch the factor on calls through the Batch API or the flex "
-        "tier (default 0.5); input and output are required",
+        "model name to {input, output, cached_input, cache_write, cache_write_1h, batch}: "
+        "input, output, cached_input (prompt tokens the provider's cache served; default: "
+        "the input price), cache_write and cache_write_1h (tokens written to Anthropic's "
+        "cache for 5 minutes, for an hour; default: 1.25x and 2x the input price) in "
+        "dollars per million tokens, batch the factor on calls through a batch API or the "
+        "flex tier (default 0.5); input and output are required",
     )
     p.add_argument(
         "--context-tokens",
@@ -154,6 +163,15 @@ def _add_models(p: argparse.ArgumentParser) -> None:
         help="the context window, in tokens, of the run's models: a record whose prompt "
         "cannot fit fails without a call (default: the window of a known OpenAI model, or "
         "of the embedded model's slot; none for other models)",
+    )
+    p.add_argument(
+        "--structured",
+        choices=LEVELS,
+        default=_DEFAULTS.structured,
+        help="how the critic's JSON is asked for first: json_schema (structured outputs), "
+        "json_object (a JSON mode with the schema; Claude: a forced tool), text (the schema "
+        "in the request); a refusal steps down to the next (default %(default)s; on Claude, "
+        "text keeps every call on one cached prefix: docs/costs.md)",
     )
     p.add_argument("--batch", action="store_true", help="every call through the Batch API")
 
@@ -282,4 +300,12 @@ def add_pace_options(p: argparse.ArgumentParser) -> None:
         "billed at the model's batch rate, slower (the default --timeout becomes 900 s); "
         "its 429 resource_unavailable is waited out, using up no retry, until no flex call "
         "has succeeded for --max-outage seconds (exit 5, resumable)",
+    )
+    p.add_argument(
+        "--cache-ttl",
+        choices=CACHE_TTLS,
+        help="Claude models (anthropic:NAME): how long the conversation prefixes each call "
+        "marks stay in Anthropic's prompt cache; 1h costs 2x the input price to write "
+        "instead of 1.25x, and pays when a record's calls come more than 5 minutes apart "
+        "(--batch rounds); reads cost 0.1x either way (default 5m; 1h with --batch)",
     )

@@ -375,6 +375,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ray_address=getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS"),
         service_tier=getattr(args, "service_tier", None),
         context_tokens=args.context_tokens,
+        cache_ttl=getattr(args, "cache_ttl", None),
+        structured=getattr(args, "structured", _DEFAULTS.structured),
         sandbox=SandboxMode(args.sandbox),
     )
 

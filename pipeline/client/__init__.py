@@ -1,8 +1,10 @@
-"""The model client: one OpenAI-compatible chat call, paced, retried, paid for.
+"""The model client: one model call, paced, retried, paid for, in a provider's dialect.
 
 ::
 
+    calls       ChatClient: the loop around one call, whatever the dialect
     chat        OpenAIClient: one chat call around the openai SDK (its retries off)
+    anthropic   AnthropicClient: Claude over Anthropic's Messages API (raw HTTP)
     attempts    a call's attempts: the one retry sequence (real time and Batch API lines)
     replies     reading a chat completion (text, usage, tier) and an error's message
     retry       the retry policy (pure functions)
@@ -14,6 +16,7 @@
     prices      dollars per million tokens by model, cached and batch rates
     budget      the spending cap: reserve the worst case, then settle
     caching     the prompt cache key, dropped for an endpoint that refuses it
+    models      model ids: a provider (by prefix: local:, anthropic:) and a name
     flex        service tiers; the flex tier's refusals waited out as capacity
     context     context windows: a prompt that cannot fit its model is not sent
     reach       an endpoint that cannot be reached at all; the free pre-flight

@@ -3,7 +3,8 @@
 With thousands of calls in flight, checking what was spent after each answer overshoots
 by everything in flight. So before a request goes out it reserves its worst-case cost
 (the prompt estimate, with a margin for tokenizers that count more than four characters
-a token, plus ``max_tokens`` at the output price); when the answer comes the reservation
+a token, at the dearest input rate, which is a cache write where the provider bills them,
+plus ``max_tokens`` at the output price); when the answer comes the reservation
 is settled with the real usage. A request that does not fit waits while other requests
 hold money (their answers usually cost far less than their worst case, and free the
 rest); when nothing is held and it still does not fit, it raises BudgetReached: the run
@@ -21,6 +22,7 @@ from typing import Protocol
 import anyio
 
 from ..errors import BudgetReached
+from .models import ModelId
 from .prices import PriceBook
 
 __all__ = ["PROMPT_MARGIN", "Budget", "Reservation", "Spending"]
@@ -85,8 +87,8 @@ class Budget:
         if price is None:
             return None
         worst_prompt = math.ceil(prompt_estimate * PROMPT_MARGIN)
-        usage = {"prompt_tokens": worst_prompt, "completion_tokens": max_tokens}
-        return price.cost(usage, batch=batch)
+        writes = ModelId.parse(model).provider.writes_cache  # every prompt token a cache write
+        return price.worst_case(worst_prompt, max_tokens, batch=batch, writes=writes)
 
     def try_reserve(self, model: str, amount: float, *, batch: bool = False) -> Reservation | None:
         """Hold ``amount`` if it fits under the limit now; None when it does not."""

@@ -2,12 +2,15 @@
 
 Endpoints differ: OpenAI takes ``response_format: json_schema``; llama.cpp-style servers
 take ``json_object`` with a ``schema``; others only plain text with the schema spelled out
-in the prompt. The ladder steps down only for an error answer that is about the format
-(``refusal_of``): one that names it moves every later call of the run one level down at
-once; a bare 400 that names nothing might be our format or the request itself, so only
-that call goes one level down, and after a few such calls succeed there, the whole pool
-follows. An error that names another cause (the context length, max_tokens, ...) is no
-refused format: the call fails at once with the provider's message.
+in the prompt. Anthropic's Messages API has its own three levels at the same places
+(``anthropic.messages``): structured outputs (``output_config.format``), a forced tool
+call, plain text; the ladder's state and its steps are the same for both dialects. The
+ladder steps down only for an error answer that is about the format (``refusal_of``): one
+that names it moves every later call of the run one level down at once; a bare 400 that
+names nothing might be our format or the request itself, so only that call goes one level
+down, and after a few such calls succeed there, the whole pool follows. An error that
+names another cause (the context length, max_tokens, ...) is no refused format: the call
+fails at once with the provider's message.
 """
 
 from __future__ import annotations
@@ -30,7 +33,17 @@ __all__ = [
 ]
 
 LEVELS = ("json_schema", "json_object", "text")
-_HINTS = ("response_format", "json", "schema", "grammar")
+_HINTS = (
+    "response_format",
+    "json",
+    "schema",
+    "grammar",
+    # Anthropic's: the structured-output field and the forced tool of the level below
+    "output_config",
+    "output format",
+    "structured output",
+    "tool",
+)
 # Calls that had to go one level down after a 400 naming nothing before the whole pool
 # goes down too.
 FORMAT_VOTES = 3
@@ -38,7 +51,7 @@ FORMAT_VOTES = 3
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _CONTEXT_WORDS = re.compile(
     r"context[ _]?(length|window|size)|maximum context|too many tokens|prompt is too long"
-    r"|input is too long|reduce the length",
+    r"|input is too long|reduce the length|context limit",
     re.IGNORECASE,
 )
 # The words of an error message that names no cause at all ("Bad Request", "Error code: 400").

@@ -9,6 +9,15 @@ because the pacer must refund or charge tokens after the answer (usage is only
 known then) and change its rate at run time (adaptive slow-down), which
 aiolimiter's public API does not offer.
 
+Providers count tokens differently, and the pacer follows what each announces:
+OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` headers give one token
+budget (prompt plus ``max_tokens`` at admission); Anthropic's
+``anthropic-ratelimit-{requests,input-tokens,output-tokens}-{limit,remaining,reset}`` give
+input and output tokens apart (input: the prompt less what its cache served; output:
+``max_tokens`` at admission, settled to what the answer used), each paced on its own.
+Anthropic's combined ``anthropic-ratelimit-tokens-*`` is the sum of those two and adds no
+limit of its own, so it is not read.
+
 Everything takes ``now`` explicitly or reads an injected clock, so tests drive
 it with a fake clock and no real sleeps.
 """
@@ -20,17 +29,23 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from datetime import datetime
+from typing import Final, Protocol
 
 import anyio
 
 __all__ = [
+    "LIMIT_HEADERS",
+    "RATE_HEADERS",
     "Booking",
+    "LimitHeaders",
     "Limiter",
     "Pace",
     "RateLimiter",
     "estimate_tokens",
     "parse_duration",
+    "parse_reset",
+    "rate_limits",
 ]
 
 # No burst at all: requests go strictly 1/rate apart from the first one. A server
@@ -53,6 +68,69 @@ TOKENS_PER_MESSAGE = 4
 TOKENS_PER_REQUEST = 3
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+
+
+@dataclass(frozen=True, slots=True)
+class LimitHeaders:
+    """One per-minute budget a provider announces, by the names of its three headers."""
+
+    bucket: str  # the pace it sets: "requests", "tokens", "input" or "output"
+    limit: str
+    remaining: str
+    reset: str
+
+
+def _openai(bucket: str) -> LimitHeaders:
+    names = (f"x-ratelimit-{what}-{bucket}" for what in ("limit", "remaining", "reset"))
+    return LimitHeaders(bucket, *names)
+
+
+def _anthropic(bucket: str, name: str) -> LimitHeaders:
+    prefix = f"anthropic-ratelimit-{name}"
+    return LimitHeaders(bucket, f"{prefix}-limit", f"{prefix}-remaining", f"{prefix}-reset")
+
+
+# The budgets the pacer reads, OpenAI's and Anthropic's.
+LIMIT_HEADERS: Final = (
+    _openai("requests"),
+    _openai("tokens"),
+    _anthropic("requests", "requests"),
+    _anthropic("input", "input-tokens"),
+    _anthropic("output", "output-tokens"),
+)
+# Every header the pacer reads (a Ray worker passes these on to the driver's pacer).
+RATE_HEADERS: Final = tuple(h for b in LIMIT_HEADERS for h in (b.limit, b.remaining, b.reset))
+
+
+def rate_limits(headers: Mapping[str, str]) -> dict[str, float]:
+    """The limits ``headers`` announce, by the bucket they set (valid, positive numbers only)."""
+    found: dict[str, float] = {}
+    for named in LIMIT_HEADERS:
+        raw = headers.get(named.limit)
+        if not raw:
+            continue
+        try:
+            limit = float(raw)
+        except ValueError:
+            continue
+        if math.isfinite(limit) and limit > 0:
+            found[named.bucket] = limit
+    return found
+
+
+def parse_reset(text: str, now_wall: float) -> float | None:
+    """Seconds until a reset header's moment: a duration (OpenAI's ``1s``, ``6m0s``) or an
+    RFC 3339 time (Anthropic's ``2025-05-14T00:00:05Z``), ``now_wall`` being Unix time."""
+    wait = parse_duration(text)
+    if wait is not None:
+        return wait
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now_wall)
 
 
 def estimate_tokens(messages: Sequence[Mapping[str, str]]) -> int:
@@ -119,6 +197,7 @@ class Booking:
 
     prompt_estimate: int
     cost: int
+    max_tokens: int = 0  # output tokens booked (settled to those the answer used)
 
 
 class RateLimiter(Protocol):
@@ -130,8 +209,11 @@ class RateLimiter(Protocol):
         """Wait until one request of this size may be sent."""
         ...
 
-    def settle(self, booking: Booking, prompt_tokens: int | None) -> None:
-        """Correct the token budget with the prompt tokens the server really counted."""
+    def settle(
+        self, booking: Booking, prompt_tokens: int | None, completion_tokens: int | None = None
+    ) -> None:
+        """Correct the token budgets with the prompt tokens the server really counted (those
+        its input limit counts) and, where output is paced apart, the answer's tokens."""
         ...
 
     def observe(self, headers: Mapping[str, str]) -> None:
@@ -147,8 +229,8 @@ class Limiter:
     """Requests- and tokens-per-minute pacing shared by every call of a run.
 
     ``rpm``/``tpm`` set by the user are upper bounds; limits the server
-    announces in ``x-ratelimit-limit-*`` headers lower them (or set them, when
-    the user gave none).
+    announces in its headers lower them (or set them, when the user gave none).
+    Input and output tokens are paced apart once a server announces them apart.
     """
 
     __slots__ = (
@@ -156,11 +238,10 @@ class Limiter:
         "_factor",
         "_last_slow",
         "_last_tick",
-        "_requests",
-        "_rpm",
+        "_limits",
+        "_paces",
         "_sleep",
-        "_tokens",
-        "_tpm",
+        "_wall",
         "rate_limited",
     )
 
@@ -171,13 +252,19 @@ class Limiter:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._clock = clock
         self._sleep = sleep
-        self._rpm = rpm
-        self._tpm = tpm
-        self._requests = Pace(rpm / 60.0) if rpm else None
-        self._tokens = Pace(tpm / 60.0) if tpm else None
+        self._wall = wall  # Unix time, for reset headers that name a moment
+        # Per-minute limits in force, and their paces, by bucket: requests, tokens (prompt
+        # and max_tokens together), input and output (where a server counts them apart).
+        self._limits: dict[str, float] = {}
+        self._paces: dict[str, Pace] = {}
+        for bucket, limit in (("requests", rpm), ("tokens", tpm)):
+            if limit:
+                self._limits[bucket] = limit
+                self._paces[bucket] = Pace(limit / 60.0)
         self._factor = 1.0
         self._last_slow = -math.inf
         self._last_tick = clock()
@@ -189,10 +276,8 @@ class Limiter:
         return self._factor
 
     def _retune(self) -> None:
-        if self._requests is not None and self._rpm:
-            self._requests.rate = self._rpm / 60.0 * self._factor
-        if self._tokens is not None and self._tpm:
-            self._tokens.rate = self._tpm / 60.0 * self._factor
+        for bucket, pace in self._paces.items():
+            pace.rate = self._limits[bucket] / 60.0 * self._factor
 
     def _recover(self, now: float) -> None:
         elapsed = now - self._last_tick
@@ -205,17 +290,21 @@ class Limiter:
         """Reserve one request; return the booking and the wait before sending.
 
         A request costs its prompt plus ``max_tokens`` of the token budget, as providers
-        count at admission; ``settle`` corrects the prompt part once it is known.
+        count at admission (its prompt of the input budget, ``max_tokens`` of the output
+        budget, where they are apart); ``settle`` corrects them once the answer is known.
         """
         now = self._clock()
         self._recover(now)
-        cost = prompt_estimate + max_tokens
+        costs = {
+            "requests": 1,
+            "tokens": prompt_estimate + max_tokens,
+            "input": prompt_estimate,
+            "output": max_tokens,
+        }
         wait = 0.0
-        if self._requests is not None:
-            wait = self._requests.reserve(1, now)
-        if self._tokens is not None:
-            wait = max(wait, self._tokens.reserve(cost, now))
-        return Booking(prompt_estimate, cost), wait
+        for bucket, pace in self._paces.items():
+            wait = max(wait, pace.reserve(costs[bucket], now))
+        return Booking(prompt_estimate, prompt_estimate + max_tokens, max_tokens), wait
 
     async def acquire(self, prompt_estimate: int, max_tokens: int) -> Booking:
         """Wait until one request of this size may be sent."""
@@ -224,10 +313,19 @@ class Limiter:
             await self._sleep(wait)
         return booking
 
-    def settle(self, booking: Booking, prompt_tokens: int | None) -> None:
-        """Correct the token budget with the prompt tokens the server really counted."""
-        if self._tokens is not None and prompt_tokens is not None:
-            self._tokens.adjust(prompt_tokens - booking.prompt_estimate)
+    def settle(
+        self, booking: Booking, prompt_tokens: int | None, completion_tokens: int | None = None
+    ) -> None:
+        """Correct the token budgets with the prompt tokens the server really counted and,
+        where output is paced apart, the answer's tokens (``max_tokens`` was booked)."""
+        if prompt_tokens is not None:
+            for bucket in ("tokens", "input"):
+                pace = self._paces.get(bucket)
+                if pace is not None:
+                    pace.adjust(prompt_tokens - booking.prompt_estimate)
+        output = self._paces.get("output")
+        if output is not None and completion_tokens is not None:
+            output.adjust(min(0, completion_tokens - booking.max_tokens))
 
     def on_rate_limited(self, retry_after: float | None) -> None:
         """A 429: slow the whole pool down (once per window) and respect the server's wait."""
@@ -241,16 +339,15 @@ class Limiter:
         if retry_after is not None:
             # The server's bucket is empty until then; a short hold keeps the
             # next requests from being refused too. Long waits stay per request.
-            for pace in (self._requests, self._tokens):
-                if pace is not None:
-                    pace.hold(now + min(retry_after, 1.0))
+            for pace in self._paces.values():
+                pace.hold(now + min(retry_after, 1.0))
 
-    def _respect_empty(self, headers: Mapping[str, str], bucket: str) -> None:
+    def _respect_empty(self, headers: Mapping[str, str], named: LimitHeaders) -> None:
         """The server says this budget is spent: send nothing of it until it refills a little."""
-        if headers.get(f"x-ratelimit-remaining-{bucket}", "").strip() != "0":
+        if headers.get(named.remaining, "").strip() != "0":
             return
-        pace = self._requests if bucket == "requests" else self._tokens
-        reset = parse_duration(headers.get(f"x-ratelimit-reset-{bucket}", ""))
+        pace = self._paces.get(named.bucket)
+        reset = parse_reset(headers.get(named.reset, ""), self._wall())
         if pace is not None and reset is not None:
             # Capped: a minute-window server's reset can be long, and other answers in
             # flight may already have been admitted; a 429 still slows us properly.
@@ -258,24 +355,12 @@ class Limiter:
 
     def observe(self, headers: Mapping[str, str]) -> None:
         """Adopt the limits the server announces when tighter than ours; respect an empty budget."""
-        for bucket in ("requests", "tokens"):
-            self._respect_empty(headers, bucket)
-            raw = headers.get(f"x-ratelimit-limit-{bucket}")
-            if not raw:
-                continue
-            try:
-                limit = float(raw)
-            except ValueError:
-                continue
-            if limit <= 0:
-                continue
-            if bucket == "requests" and (self._rpm is None or limit < self._rpm):
-                self._rpm = limit
-                if self._requests is None:
-                    self._requests = Pace(limit / 60.0 * self._factor)
+        for bucket, limit in rate_limits(headers).items():
+            known = self._limits.get(bucket)
+            if known is None or limit < known:
+                self._limits[bucket] = limit
+                if bucket not in self._paces:
+                    self._paces[bucket] = Pace(limit / 60.0 * self._factor)
                 self._retune()
-            elif bucket == "tokens" and (self._tpm is None or limit < self._tpm):
-                self._tpm = limit
-                if self._tokens is None:
-                    self._tokens = Pace(limit / 60.0 * self._factor)
-                self._retune()
+        for named in LIMIT_HEADERS:
+            self._respect_empty(headers, named)

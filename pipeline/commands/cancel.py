@@ -23,17 +23,17 @@ from ..backends.batch import (
     BatchInfo,
     Entry,
     Ledger,
-    OpenAIBatchAPI,
     Sides,
     find_by_token,
     find_upload,
     input_file_name,
     open_sides,
 )
+from ..backends.batch.opening import OpenedAPI
 from ..errors import CallError, FatalCallError, RunLocked
 from ..runs.rundir import RunDir
-from ..runs.settings import DEFAULT_TIMEOUT_S
-from ..runs.urls import run_urls
+from ..runs.settings import DEFAULT_TIMEOUT_S, cache_ttl_of
+from ..runs.urls import provider_of, run_urls
 
 __all__ = ["acancel", "cancel"]
 
@@ -52,10 +52,10 @@ async def acancel(
     manifest = rd.require_manifest()
     settings = manifest.settings
     if api_key is None:
-        api_key = os.environ.get("OPENAI_API_KEY")
+        api_key = os.environ.get(provider_of(settings).key_env or "OPENAI_API_KEY")
     with _locked(rd):
         ledger = Ledger(rd.batches_path, fsync=settings.fsync, warn=log.warning)
-        opened: list[OpenAIBatchAPI] = []
+        opened: list[OpenedAPI] = []
         if api is not None:
             sides = Sides.over(api, manifest.model, manifest.feedback_model)
         else:
@@ -65,7 +65,9 @@ async def acancel(
             if manifest.feedback_model is not None:
                 critic = (manifest.feedback_model, settings.feedback_base_url or url)
             timeout = settings.timeout or DEFAULT_TIMEOUT_S
-            sides, opened = open_sides(api_key, timeout, (manifest.model, url), critic)
+            generator = (manifest.model, url)
+            ttl = cache_ttl_of(settings)
+            sides, opened = open_sides(api_key, timeout, generator, critic, ttl)
         try:
             return await _cancel_all(ledger, sides)
         finally:

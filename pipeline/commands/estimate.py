@@ -29,8 +29,7 @@ from pathlib import Path
 import anyio
 import orjson
 
-from ..client.formats import FormatLadder
-from ..client.limits import estimate_tokens
+from ..client.formats import LEVELS, FormatLadder
 from ..client.models import ModelId
 from ..client.prices import Price, PriceBook, at_batch_rate, price_book
 from ..core.jobs import Job
@@ -41,8 +40,9 @@ from ..core.steps import CallKind, Role, Step
 from ..core.trace import steps_of
 from ..errors import ConfigError
 from ..io.records import count_records, read_records
-from ..runs.settings import Settings, effective_job
+from ..runs.settings import Settings, cache_ttl_of, effective_job
 from ..serving.registry import DEFAULT_MODEL as DEFAULT_LOCAL
+from .caches import cache_usage
 from .fit import Unfit, find_unfit
 
 __all__ = [
@@ -79,9 +79,6 @@ SCENARIOS = (
     Scenario("expected", 0.5, 0.5, restarts=True),
     Scenario("high", 1.0, 1.0, restarts=True, copies=True),
 )
-# OpenAI's prefix cache: prompts from this many tokens on, served in steps of CACHE_STEP.
-CACHE_MIN_TOKENS = 1024
-CACHE_STEP = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +91,7 @@ class Figures:
     cost_usd: float | None  # None: a model of the run has no price
     cached_tokens: int = 0  # prompt tokens the layout lets a provider serve from its cache
     uncached_cost_usd: float | None = None  # the cost were nothing served from cache
+    cache_write_tokens: int = 0  # prompt tokens written to a cache that bills writes
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +109,7 @@ class _Sum:
     calls: int = 0
     prompt: int = 0
     cached: int = 0
+    written: int = 0
     completion: int = 0
     cost: float | None = 0.0
     uncached: float | None = 0.0
@@ -119,12 +118,14 @@ class _Sum:
         self.calls += 1
         self.prompt += usage["prompt_tokens"]
         self.cached += usage["cached_tokens"]
+        self.written += usage.get("cache_write_tokens", 0)
         self.completion += usage["completion_tokens"]
         if price is None or self.cost is None or self.uncached is None:
             self.cost = self.uncached = None
             return
         self.cost += price.cost(usage, batch=batch)
-        self.uncached += price.cost({**usage, "cached_tokens": 0}, batch=batch)
+        plain = {**usage, "cached_tokens": 0, "cache_write_tokens": 0, "cache_write_1h_tokens": 0}
+        self.uncached += price.cost(plain, batch=batch)
 
     def scaled(self, factor: float) -> Figures:
         return Figures(
@@ -134,42 +135,13 @@ class _Sum:
             None if self.cost is None else round(self.cost * factor, 4),
             round(self.cached * factor),
             None if self.uncached is None else round(self.uncached * factor, 4),
+            round(self.written * factor),
         )
 
 
 def _filler(tokens: int) -> str:
     # estimate_tokens counts four ASCII characters a token.
     return "word " * max(1, math.ceil(tokens * 4 / 5))
-
-
-def cacheable(shared_tokens: int) -> int:
-    """The prompt tokens a provider serves from cache for a prefix of ``shared_tokens``
-    already seen (OpenAI's rule: none below CACHE_MIN_TOKENS, then in CACHE_STEP steps)."""
-    if shared_tokens < CACHE_MIN_TOKENS:
-        return 0
-    return shared_tokens - (shared_tokens - CACHE_MIN_TOKENS) % CACHE_STEP
-
-
-def _flat(messages: Sequence[Mapping[str, str]]) -> str:
-    return "".join(f"\x00{m['role']}\x00{m['content']}" for m in messages)
-
-
-def _shared(text: str, seen: Sequence[str]) -> int:
-    """Tokens of the longest prefix ``text`` shares with a prompt sent before."""
-    best = max((_common(text, before) for before in seen), default=0)
-    return best // 4  # estimate_tokens' four characters a token
-
-
-def _common(a: str, b: str) -> int:
-    """The length of the longest common prefix of ``a`` and ``b`` (slices compare in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
 
 
 def _calls(job: Job, max_iters: int, scenario: Scenario) -> list[tuple[Role, CallKind, int]]:
@@ -203,8 +175,10 @@ def _one_loop(
     into: _Sum,
     batch: bool,
     seen: list[str],
+    ttl: str | None = None,
 ) -> None:
-    """Add one record's calls to ``into``; ``seen``: prompts sent before (the cache)."""
+    """Add one record's calls to ``into``; ``seen``: prompts sent before (the cache);
+    ``ttl``: the TTL of the cache writes of a provider that bills them."""
     answer = round(job.max_tokens * scenario.answer_share)
     text = _filler(answer)
     steps: list[Step] = []
@@ -214,14 +188,9 @@ def _one_loop(
         messages = build_messages(job, record, role, call_kind, t, steps, refined)
         schema = job.feedback_schema if role == "feedback" else None
         sent, _ = ladder.request(messages, schema, ladder.level)
-        flat = _flat(sent)
-        prompt = estimate_tokens(sent)
-        usage = {
-            "prompt_tokens": prompt,
-            "cached_tokens": min(prompt, cacheable(_shared(flat, seen))),
-            "completion_tokens": answer,
-        }
-        seen.append(flat)
+        formatted = schema is not None and LEVELS[ladder.level] != "text"
+        usage = cache_usage(sent, model_for[role], formatted, seen, ttl)
+        usage["completion_tokens"] = answer
         into.add(usage, prices.price(model_for[role]), batch)
         output = None if role == "feedback" else text
         step = Step(role, t, sent, text, None, usage, 0.0, 1, output=output, call_kind=call_kind)
@@ -276,6 +245,7 @@ def from_prompts(
                 total,
                 batch,
                 seen,
+                cache_ttl_of(settings),
             )
         factor = lines / len(sampled) if len(sampled) < lines else 1.0
         figures[scenario.name] = total.scaled(factor)
@@ -356,6 +326,13 @@ def render(est: Estimate) -> str:
         "cached: the share of prompt tokens a provider's prefix cache serves at the cached "
         "price (OpenAI's rule: prompts of 1,024 tokens and more); no cache: the cost without it"
     )
+    written = {n: f.cache_write_tokens for n, f in est.scenarios.items() if f.cache_write_tokens}
+    if written:
+        counts = ", ".join(f"{n} {w:,}" for n, w in written.items())
+        rows.append(
+            f"cache writes (tokens, priced at the cache-write rate): {counts}; Anthropic's "
+            "rule: a call reads the prefix an earlier call marked and writes the rest"
+        )
     if any(f.cost_usd is None for f in est.scenarios.values()):
         rows.append("a model of this run has no price: give it with --prices FILE")
     if est.unfit is not None:

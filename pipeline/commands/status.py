@@ -62,6 +62,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "calls": t.calls,
         "prompt_tokens": t.prompt_tokens,
         "cached_tokens": t.cached_tokens,
+        "cache_write_tokens": t.cache_write_tokens,
         "completion_tokens": t.completion_tokens,
         "service_tier": manifest.settings.service_tier,
         "cost_usd": None if t.cost_usd is None else round(t.cost_usd, 6),
@@ -88,7 +89,11 @@ def _cached(info: dict[str, Any]) -> str:
     """The prompt tokens served from the provider's cache, and their share."""
     cached, prompt = info.get("cached_tokens", 0), info["prompt_tokens"]
     share = f", {cached / prompt:.0%}" if prompt else ""
-    return f"{cached} cached{share}, at the cached price"
+    text = f"{cached} cached{share}, at the cached price"
+    written = info.get("cache_write_tokens", 0)
+    if written:  # a provider that bills writing its cache (Anthropic's)
+        text += f"; {written} written to the cache, at the cache-write price"
+    return text
 
 
 def render(info: dict[str, Any]) -> str:

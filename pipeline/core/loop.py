@@ -227,8 +227,12 @@ def _as_sent(sent: list[dict[str, str]] | None, call: Call) -> list[dict[str, st
 
 def _usage(comp: Completion) -> dict[str, int]:
     usage = {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens}
-    if comp.cached_tokens:
-        usage["cached_tokens"] = comp.cached_tokens
+    optional = {
+        "cached_tokens": comp.cached_tokens,
+        "cache_write_tokens": comp.cache_write_tokens,
+        "cache_write_1h_tokens": comp.cache_write_1h_tokens,
+    }
+    usage.update((k, v) for k, v in optional.items() if v)
     return usage
 
 

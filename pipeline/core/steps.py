@@ -20,6 +20,7 @@ from .hooks import HookFailure
 from .records import Record
 
 __all__ = [
+    "CACHE_WRITES",
     "LENGTH",
     "CallKind",
     "Completion",
@@ -115,7 +116,9 @@ class Completion:
     messages: list[dict[str, str]] | None = None  # as sent, when the client changed them
     tries: tuple[Try, ...] = ()  # every attempt, when there was more than one
     cached_tokens: int = 0  # prompt tokens the provider served from its cache
-    batch_id: str | None = None  # the Batch API batch that carried the call
+    cache_write_tokens: int = 0  # prompt tokens written to the provider's cache (Anthropic's)
+    cache_write_1h_tokens: int = 0  # of them, those written for an hour (not 5 minutes)
+    batch_id: str | None = None  # the batch (of a provider's batch API) that carried the call
     service_tier: str | None = None  # the tier the provider says served the call
 
 
@@ -255,15 +258,27 @@ def hook_errors_of(steps: Sequence[Step]) -> dict[str, int]:
     return counts
 
 
+# Usage keys present only where a provider reports them: tokens written to its cache.
+CACHE_WRITES = ("cache_write_tokens", "cache_write_1h_tokens")
+
+
 def usage_of(steps: Sequence[Step]) -> dict[str, int]:
-    """Tokens and calls summed over steps (a call that failed for good is not a call made)."""
+    """Tokens and calls summed over steps (a call that failed for good is not a call made).
+
+    Tokens written to a provider's cache (``CACHE_WRITES``) are summed where any were.
+    """
     made = [s for s in steps if not s.failed]
-    return {
+    usage = {
         "prompt_tokens": sum(s.usage.get("prompt_tokens", 0) for s in made),
         "cached_tokens": sum(s.usage.get("cached_tokens", 0) for s in made),
         "completion_tokens": sum(s.usage.get("completion_tokens", 0) for s in made),
         "calls": len(made),
     }
+    for key in CACHE_WRITES:
+        written = sum(s.usage.get(key, 0) for s in made)
+        if written:
+            usage[key] = written
+    return usage
 
 
 @dataclass(frozen=True, slots=True)

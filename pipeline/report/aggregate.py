@@ -123,6 +123,7 @@ class RunReport:
     completion_tokens: int
     calls: int
     cached_tokens: int  # of the prompt tokens, those served from the provider's cache
+    cache_write_tokens: int  # of the prompt tokens, those written to its cache (Anthropic)
     tiers: Mapping[str, int]  # answered calls by the service tier that served them (if said)
     cost_usd: float | None  # dollars of the finished records whose cost is known
     cost_unknown: int  # finished records whose cost is unknown (no price for the model)
@@ -350,7 +351,10 @@ class Summary:
         self.sample_size = sample_size
         self.statuses: Counter[str] = Counter()
         self.reasons: Counter[str] = Counter()
-        self.usage = {"prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "calls": 0}
+        self.usage = dict.fromkeys(
+            ("prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens", "calls"),
+            0,
+        )
         self.dollars = 0.0
         self.priced = 0
         self.unpriced = 0
@@ -434,6 +438,7 @@ class Summary:
             completion_tokens=self.usage["completion_tokens"],
             calls=self.usage["calls"],
             cached_tokens=self.usage["cached_tokens"],
+            cache_write_tokens=self.usage["cache_write_tokens"],
             tiers=dict(self.tiers.most_common()),
             cost_usd=dollars,
             cost_unknown=self.unpriced,

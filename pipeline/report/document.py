@@ -173,8 +173,9 @@ def _header(r: RunReport) -> list[Block]:
                 ("unreadable input lines", f"{run.bad_lines:,} (errors.jsonl)"),
                 (
                     "tokens",
-                    f"{r.prompt_tokens:,} prompt ({r.cached_tokens:,} from the provider's cache) "
-                    f"+ {r.completion_tokens:,} completion in {r.calls:,} calls",
+                    f"{r.prompt_tokens:,} prompt ({r.cached_tokens:,} from the provider's cache"
+                    + (f", {r.cache_write_tokens:,} written to it" if r.cache_write_tokens else "")
+                    + f") + {r.completion_tokens:,} completion in {r.calls:,} calls",
                 ),
                 ("cost", _cost(r) + _tiers(r)),
                 ("max iterations", "-" if run.max_iters is None else str(run.max_iters)),

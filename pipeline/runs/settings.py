@@ -11,25 +11,33 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..client.flex import FLEX, FLEX_TIMEOUT_S, SERVICE_TIERS
-from ..client.models import ModelId
+from ..client.models import ModelId, Provider
 from ..core.jobs import Job
 from ..core.strategies import parse_specs
 from ..errors import ConfigError
 from ..sandbox import SandboxMode
 
 __all__ = [
+    "BATCH_CACHE_TTL",
+    "CACHE_TTLS",
+    "DEFAULT_CACHE_TTL",
     "DEFAULT_MODEL",
     "DEFAULT_TIMEOUT_S",
     "LOCAL_TIMEOUT_S",
     "Settings",
+    "cache_ttl_of",
     "effective_job",
     "parse_shard",
+    "providers",
     "resolve",
 ]
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_TIMEOUT_S = 60.0
 LOCAL_TIMEOUT_S = 900.0  # a local model on a few cores answers long prompts slowly
+CACHE_TTLS = ("5m", "1h")  # Anthropic's prompt cache lifetimes (docs/costs.md)
+DEFAULT_CACHE_TTL = "5m"
+BATCH_CACHE_TTL = "1h"  # under --batch: rounds take longer than five minutes
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +78,9 @@ class Settings:
     ray_address: str | None = None  # join this Ray cluster (else $RAY_ADDRESS, else a local one)
     service_tier: str | None = None  # sent as ``service_tier`` (None: not sent); flex: batch rate
     context_tokens: int | None = None  # the models' context window (None: known models' own)
+    # how long a prefix marked for Anthropic's prompt cache stays cached: "5m" or "1h"
+    # (None: 5m; resolve() fills it in, the manifest keeps it)
+    cache_ttl: str | None = None
     # the isolation programs need (weak: run them without a missing kernel layer); one
     # invocation's choice, never inherited by `refine resume`
     sandbox: SandboxMode = SandboxMode.STRICT
@@ -151,6 +162,7 @@ def resolve(settings: Settings, job_max_iters: int) -> Settings:
         problems.append("--context-tokens must be >= 1")
     if settings.service_tier is not None and settings.service_tier not in SERVICE_TIERS:
         problems.append(f"--service-tier must be one of {', '.join(SERVICE_TIERS)}")
+    problems += _provider_problems(settings)
     if problems:
         raise ConfigError("; ".join(problems))
     timeout = settings.timeout
@@ -159,7 +171,36 @@ def resolve(settings: Settings, job_max_iters: int) -> Settings:
         timeout = LOCAL_TIMEOUT_S if slow else DEFAULT_TIMEOUT_S
         if settings.service_tier == FLEX:  # flex answers slowly: OpenAI advises 15 minutes
             timeout = max(timeout, FLEX_TIMEOUT_S)
-    return replace(settings, max_iters=max_iters, timeout=timeout)
+    return replace(settings, max_iters=max_iters, timeout=timeout, cache_ttl=cache_ttl_of(settings))
+
+
+def cache_ttl_of(settings: Settings) -> str:
+    """The TTL of the prefixes a Claude call marks: --cache-ttl, else an hour under --batch
+    (a record's next call comes a round later, past 5 minutes: an hour's write at 2x pays
+    once two later calls read it), else 5 minutes (docs/costs.md)."""
+    return settings.cache_ttl or (BATCH_CACHE_TTL if settings.batch else DEFAULT_CACHE_TTL)
+
+
+def providers(settings: Settings) -> set[Provider]:
+    """The providers the run's non-local sides call (the embedded model is no provider's)."""
+    ids = [ModelId.parse(settings.model) if not settings.local else None, settings.critic_id]
+    return {m.provider for m in ids if m is not None and not m.is_local}
+
+
+def _provider_problems(settings: Settings) -> list[str]:
+    """What the run's providers do not take."""
+    problems = []
+    called = providers(settings)
+    if len(called) > 1:
+        problems.append(
+            "--model and --feedback-model name models of two providers (one API key a run): "
+            "give both on one provider, or the critic as `local`"
+        )
+    if settings.cache_ttl is not None and settings.cache_ttl not in CACHE_TTLS:
+        problems.append(f"--cache-ttl must be one of {', '.join(CACHE_TTLS)}")
+    if Provider.ANTHROPIC in called and settings.service_tier is not None:
+        problems.append("--service-tier is OpenAI's: Anthropic's models take none")
+    return problems
 
 
 def effective_job(job: Job, settings: Settings) -> Job:

@@ -31,6 +31,7 @@ class Tally:
     calls: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0  # of the prompt tokens, those the provider served from its cache
+    cache_write_tokens: int = 0  # of the prompt tokens, those written to its cache (Anthropic)
     completion_tokens: int = 0
     cost_usd: float | None = 0.0  # None: some call was to a model with no price
     hook_errors: Counter[str] = field(default_factory=Counter)  # answers each hook failed on
@@ -58,6 +59,7 @@ class Tally:
             self.calls += used["calls"]
             self.prompt_tokens += used["prompt_tokens"]
             self.cached_tokens += used["cached_tokens"]
+            self.cache_write_tokens += used.get("cache_write_tokens", 0)
             self.completion_tokens += used["completion_tokens"]
             self.hook_errors.update(hook_errors_of(steps))
             self.add_cost(prices.steps_cost(steps, model_for))
@@ -103,6 +105,7 @@ def tally_outputs(outputs: Path, prices: PriceBook, model_for: Mapping[str, str]
                 t.calls += int(usage.get("calls", 0))
                 t.prompt_tokens += int(usage.get("prompt_tokens", 0))
                 t.cached_tokens += int(usage.get("cached_tokens", 0))
+                t.cache_write_tokens += int(usage.get("cache_write_tokens", 0))
                 t.completion_tokens += int(usage.get("completion_tokens", 0))
                 hooks = line.get("hook_errors")
                 if isinstance(hooks, dict):

@@ -1,7 +1,8 @@
 """Where a run's calls go: the endpoints belong to the run, kept between its invocations.
 
-A new run takes ``--base-url`` (and ``--feedback-base-url``), else ``$OPENAI_BASE_URL``,
-else OpenAI, and the manifest records them. An invocation on an existing RUN_DIR that
+A new run takes ``--base-url`` (and ``--feedback-base-url``), else the provider's variable
+(``$OPENAI_BASE_URL``; ``$ANTHROPIC_BASE_URL`` for an ``anthropic:`` model), else the
+provider's own API, and the manifest records them. An invocation on an existing RUN_DIR that
 names no endpoint (a re-run, a resume) keeps the run's, whatever ``$OPENAI_BASE_URL`` now
 says: a dataset meant for a local server never goes to a paid API because a shell lacks
 a variable. Naming another endpoint is allowed; the manifest keeps every change in its
@@ -14,14 +15,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from ..client.models import OPENAI_URL, ModelId, Provider
 from .manifest import EndpointUse, Manifest, clean_url, now_iso
 from .settings import Settings
 
-__all__ = ["LOCAL", "OPENAI_URL", "carry_endpoints", "endpoint_use", "record_endpoints", "run_urls"]
+__all__ = [
+    "LOCAL",
+    "OPENAI_URL",
+    "carry_endpoints",
+    "endpoint_use",
+    "provider_of",
+    "record_endpoints",
+    "run_urls",
+]
 
-OPENAI_URL = "https://api.openai.com/v1"  # where the openai SDK sends calls given no URL
 LOCAL = "local"  # the embedded model, in the endpoint history (its port changes every start)
-_ENV = "OPENAI_BASE_URL"
+
+
+def provider_of(settings: Settings) -> Provider:
+    """The provider of the run's generator (the embedded model: ``Provider.LOCAL``)."""
+    return Provider.LOCAL if settings.local else ModelId.parse(settings.model).provider
 
 
 def run_urls(manifest: Manifest) -> tuple[str, ...]:
@@ -47,15 +60,17 @@ def carry_endpoints(
     note = None
     base_url = settings.base_url
     feedback_url = settings.feedback_base_url
-    from_env = env.get(_ENV) or None
+    provider = provider_of(settings)
+    var = provider.url_env
+    from_env = (env.get(var) or None) if var else None
     if base_url is None and not settings.local:
         if old is not None and not old.settings.local:
             urls = run_urls(old)
             base_url = urls[0] if len(urls) == 1 else (urls or None)
-            kept = ", ".join(urls) or OPENAI_URL
+            kept = ", ".join(urls) or provider_of(old.settings).default_url or OPENAI_URL
             if from_env and clean_url(from_env) not in urls:
                 note = (
-                    f"${_ENV} ({clean_url(from_env)}) is not this run's endpoint: it keeps "
+                    f"${var} ({clean_url(from_env)}) is not this run's endpoint: it keeps "
                     f"{kept} (give --base-url to move it)"
                 )
         elif old is None:
@@ -66,13 +81,17 @@ def carry_endpoints(
 
 
 def endpoint_use(
-    urls: tuple[str, ...], local: bool, feedback_url: str | None, run: int
+    urls: tuple[str, ...],
+    local: bool,
+    feedback_url: str | None,
+    run: int,
+    provider: Provider = Provider.ENDPOINT,
 ) -> EndpointUse:
-    """This invocation's entry of the endpoint history."""
+    """This invocation's entry of the endpoint history (no URL: ``provider``'s own API)."""
     if local:
         generator: tuple[str, ...] = (LOCAL,)
     else:
-        generator = tuple(clean_url(u) or u for u in urls) or (OPENAI_URL,)
+        generator = tuple(clean_url(u) or u for u in urls) or (provider.default_url or OPENAI_URL,)
     return EndpointUse(generator, clean_url(feedback_url), run, now_iso())
 
 
@@ -83,7 +102,8 @@ def record_endpoints(
     a note for the log when it did."""
     history = old.endpoints if old is not None else ()
     if old is not None and not history:  # a manifest from before the history was kept
-        first = endpoint_use(run_urls(old), old.settings.local, old.settings.feedback_base_url, 1)
+        s = old.settings
+        first = endpoint_use(run_urls(old), s.local, s.feedback_base_url, 1, provider_of(s))
         history = (replace(first, at=old.created_at),)
     note = None
     if not history or not history[-1].same_place(use):

@@ -316,7 +316,8 @@ def test_run_help_describes_every_price_field() -> None:
     """`refine run --help` names every key a price file takes."""
     out = refine("run", "--help")
     text = " ".join(out.stdout.split())
-    assert all(key in text for key in ("input, output, cached_input, batch", "per million"))
+    fields = "input, output, cached_input, cache_write, cache_write_1h, batch"
+    assert all(key in text for key in (fields, "per million"))
 
 
 def test_jobs_marks_labels_and_checks_a_job_file(tmp_path: Path) -> None:

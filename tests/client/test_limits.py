@@ -18,6 +18,7 @@ from pipeline.client.limits import (
     Pace,
     estimate_tokens,
     parse_duration,
+    parse_reset,
 )
 
 
@@ -417,3 +418,36 @@ def test_nonzero_remaining_does_not_hold() -> None:
     limiter.observe({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "400ms"})
     _, wait = limiter.book(10, 10)
     assert wait == pytest.approx(0.1)
+
+
+def test_anthropics_spent_budget_holds_until_its_rfc3339_reset() -> None:
+    """anthropic-ratelimit-output-tokens-remaining 0 with a reset given as a moment (RFC
+    3339) holds the next request until then (capped at a second, as OpenAI's)."""
+    clock = FakeClock()
+    limiter = Limiter(clock=clock, wall=lambda: 1_747_180_800.0)  # 2025-05-14T00:00:00Z
+    limiter.observe(
+        {
+            "anthropic-ratelimit-output-tokens-limit": "60000",
+            "anthropic-ratelimit-output-tokens-remaining": "0",
+            "anthropic-ratelimit-output-tokens-reset": "2025-05-14T00:00:00.400Z",
+        }
+    )
+    _, wait = limiter.book(10, 10)
+    assert wait == pytest.approx(0.4)
+    assert parse_reset("2025-05-14T00:00:05Z", 1_747_180_800.0) == pytest.approx(5.0)
+    assert parse_reset("soon", 0.0) is None
+
+
+def test_output_tokens_are_refunded_to_their_own_pace() -> None:
+    """Where output is paced apart, settling an answer shorter than max_tokens gives the
+    unused output back (the next request waits less), and the prompt correction goes to
+    the input pace only."""
+    clock = FakeClock()
+    limiter = Limiter(clock=clock)
+    limiter.observe({"anthropic-ratelimit-output-tokens-limit": "600"})  # 10 a second
+    booking, _ = limiter.book(0, 100)
+    _, before = limiter.book(0, 0)
+    limiter.settle(booking, None, 20)  # 80 of the 100 booked were not used
+    _, after = limiter.book(0, 0)
+    assert before == pytest.approx(10.0)
+    assert after == pytest.approx(2.0)

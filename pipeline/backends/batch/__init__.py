@@ -1,4 +1,5 @@
-"""The Batch API backend (``--batch``): every round of Self-Refine through ``/v1/batches``.
+"""The batch backend (``--batch``): every round of Self-Refine through a provider's batches
+(OpenAI's Batch API, ``/v1/batches``; Anthropic's Message Batches).
 
 ::
 
@@ -7,6 +8,8 @@
     window   the records the driver holds, their next calls and their batches
     control  the paced control requests, their outage, finding batches and files again
     api      files and batches at an endpoint (a protocol, and the openai SDK's), by side
+    anthropic  Message Batches in the protocol's shape (inline requests, results by custom_id)
+    opening  the provider's batch API for each side (BATCH_APIS)
     lines    batch input and output lines: building, splitting, reading (pure)
     ledger   RUN_DIR/batches.jsonl: what became of every batch
     config   file limits, window and pacing (``REFINE_BATCH_*`` overrides)
@@ -21,6 +24,7 @@ from .config import BatchConfig
 from .ledger import Entry, Ledger, LedgerState, read_ledger
 
 if TYPE_CHECKING:
+    from .anthropic import AnthropicBatchAPI
     from .api import (
         BatchAPI,
         BatchInfo,
@@ -30,18 +34,20 @@ if TYPE_CHECKING:
         find_by_token,
         find_upload,
         input_file_name,
-        open_sides,
     )
     from .backend import BatchBackend
     from .driver import BatchDriver
+    from .opening import open_sides
 
     backend_class = BatchBackend
 
-# Imported when first asked for (PEP 562): these bring the OpenAI SDK, which reading a
+# Imported when first asked for (PEP 562): these bring an HTTP SDK, which reading a
 # run's ledger (refine status) never needs.
 _FROM_API = "BatchAPI BatchInfo OpenAIBatchAPI Side Sides find_by_token find_upload input_file_name"
 _LAZY = {
-    **dict.fromkeys([*_FROM_API.split(), "open_sides"], ".api"),
+    **dict.fromkeys(_FROM_API.split(), ".api"),
+    "AnthropicBatchAPI": ".anthropic",
+    "open_sides": ".opening",
     "BatchBackend": ".backend",
     "BatchDriver": ".driver",
 }
@@ -57,6 +63,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AnthropicBatchAPI",
     "BatchAPI",
     "BatchBackend",
     "BatchConfig",

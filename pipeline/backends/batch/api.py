@@ -6,7 +6,8 @@ driver is the one retry layer, and tries a failed request again at its next poll
 ``batches.create`` whose outcome is unknown is first looked for by its token, never
 blindly repeated). Failures are translated here into the package's errors: 401/403 into
 AuthError, everything else into a CallError carrying the status or the failure's category.
-``Sides`` holds a run's endpoints by side (generator, critic), ``open_sides`` opens them.
+``Sides`` holds a run's endpoints by side (generator, critic); ``opening.open_sides`` opens
+them, OpenAI's or Anthropic's (``anthropic``) by the model's provider.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ __all__ = [
     "OpenAIBatchAPI",
     "Side",
     "Sides",
+    "Undecided",
     "find_by_token",
     "find_upload",
     "input_file_name",
-    "open_sides",
 ]
 
 ENDPOINT: Final = "/v1/chat/completions"
@@ -81,6 +82,9 @@ class BatchInfo:
     error_file_id: str | None = None
     errors: tuple[BatchIssue, ...] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
+    # Whose it is cannot be told yet (Message Batches: no metadata, requests unreadable
+    # until the batch ends): a search by token waits for it rather than say "not found".
+    opaque: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -115,6 +119,18 @@ class FileInfo:
     id: str
     filename: str
     created_at: int | None
+
+
+class Undecided(CallError):
+    """A batch created since an intent may be the intent's but cannot be told yet (it is in
+    progress and shows neither metadata nor requests): looked for again later."""
+
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(
+            "undecided",
+            f"batch {batch_id}, created since, is in progress and cannot show whose it is "
+            "until it ends",
+        )
 
 
 def input_file_name(token: str) -> str:
@@ -298,23 +314,31 @@ async def find_by_token(
     tokens: set[str],
     since: float,
     pace: Callable[[], Awaitable[None]] | None = None,
+    known: frozenset[str] = frozenset(),
 ) -> dict[str, BatchInfo]:
     """The batches whose metadata holds one of ``tokens``, by token.
 
     The listing goes newest first and stops at batches created before ``since`` (a Unix
     time, less the clock skew allowed), so an old account's history is not read to the
-    end. ``pace`` is awaited before each page.
+    end. ``pace`` is awaited before each page. Raises Undecided when a token is not found
+    while an ``opaque`` batch created since (none of the ``known`` ids) might hold it.
     """
     wanted = set(tokens)
     found: dict[str, BatchInfo] = {}
     oldest = since - CLOCK_SKEW_S
+    undecided: str | None = None
     async for info in _paced(api.listing(), pace):
         token = info.metadata.get(TOKEN_KEY)
+        old = bool(info.created_at and info.created_at < oldest)
         if token in wanted:
             found[token] = info
             wanted.discard(token)
-        if not wanted or (info.created_at and info.created_at < oldest):
+        elif info.opaque and not old and info.id not in known and undecided is None:
+            undecided = info.id
+        if not wanted or old:
             break
+    if wanted and undecided is not None:
+        raise Undecided(undecided)
     return found
 
 
@@ -367,26 +391,6 @@ class Sides:
         with anyio.CancelScope(shield=True):
             for api in self.apis():
                 await api.aclose()
-
-
-def open_sides(
-    api_key: str | None,
-    timeout: float,
-    generator: tuple[str, str | None],
-    critic: tuple[str, str | None] | None = None,
-) -> tuple[Sides, list[OpenAIBatchAPI]]:
-    """The Batch API endpoints of (model, base URL) of the generator and the critic; the
-    endpoints opened, each once (the critic's is the generator's at the same URL)."""
-    gen_api = OpenAIBatchAPI(generator[1], api_key, timeout)
-    opened = [gen_api]
-    critic_side = None
-    if critic is not None:
-        api = gen_api
-        if critic[1] != generator[1]:
-            api = OpenAIBatchAPI(critic[1], api_key, timeout)
-            opened.append(api)
-        critic_side = Side("critic", critic[0], api)
-    return Sides(Side("generator", generator[0], gen_api), critic_side), opened
 
 
 async def find_upload(

@@ -11,10 +11,11 @@ import anyio
 from ...errors import ConfigError
 from ...runs.clients import ClientPlan, Endpoint
 from ...runs.session import Session
-from ...runs.settings import DEFAULT_TIMEOUT_S, Settings
-from .api import BatchAPI, OpenAIBatchAPI, Sides, open_sides
+from ...runs.settings import DEFAULT_TIMEOUT_S, Settings, cache_ttl_of
+from .api import BatchAPI, Sides
 from .config import BatchConfig
 from .driver import BatchDriver
+from .opening import OpenedAPI, open_sides
 
 __all__ = ["BatchBackend"]
 
@@ -63,10 +64,12 @@ class BatchBackend:
     async def open(self, session: Session, plan: ClientPlan) -> AsyncIterator[BatchDriver]:
         """The driver over the API given, or the Batch API opened at the plan's endpoints."""
         critic = plan.critic
-        opened: list[OpenAIBatchAPI] = []
+        opened: list[OpenedAPI] = []
         if self.api is not None:
             sides = Sides.over(
-                self.api, plan.generator.model, None if critic is None else critic.model
+                self.api,
+                str(plan.generator.model_id),
+                None if critic is None else str(critic.model_id),
             )
         else:
             timeout = session.settings.timeout or DEFAULT_TIMEOUT_S
@@ -75,6 +78,7 @@ class BatchBackend:
                 timeout,
                 _side(plan.generator),
                 None if critic is None else _side(critic),
+                cache_ttl_of(session.settings),
             )
         try:
             config = self.config or BatchConfig.from_env()
@@ -92,5 +96,5 @@ class BatchBackend:
 
 
 def _side(endpoint: Endpoint) -> tuple[str, str | None]:
-    """(model, base URL) of one side: its first endpoint, or OpenAI's."""
-    return endpoint.model, endpoint.urls[0] if endpoint.urls else None
+    """(model id, base URL) of one side: its first endpoint, or its provider's own."""
+    return str(endpoint.model_id), endpoint.urls[0] if endpoint.urls else None

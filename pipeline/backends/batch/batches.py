@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...errors import BatchFailed, CallError, FatalCallError, UnavailableError
-from .api import TOKEN_KEY, BatchInfo, Side, Sides, input_file_name
+from .api import TOKEN_KEY, BatchInfo, Side, Sides, Undecided, input_file_name
 from .control import Control
 from .ledger import Entry, Ledger
 from .lines import custom_id, input_line, read_output
@@ -75,6 +75,11 @@ class Batches:
         """The batches not yet forgotten."""
         return list(self.ledger.state.entries.values())
 
+    def known(self) -> frozenset[str]:
+        """The ids of the batches the ledger holds."""
+        entries = self.ledger.state.entries.values()
+        return frozenset(e.batch_id for e in entries if e.batch_id is not None)
+
     def max_lines(self, side: str, limit: int) -> int:
         """Lines a file for ``side`` may hold: ``limit``, less after a token-limit refusal."""
         return min(limit, self.cap.get(side, limit))
@@ -87,7 +92,14 @@ class Batches:
         if not unsure:
             return
         try:
-            found = await self.control.find(unsure)
+            found = await self.control.find(unsure, self.known())
+        except Undecided as err:
+            raise UnavailableError(
+                "unavailable",
+                f"a batch of an earlier stop may have been created and cannot be found yet "
+                f"({err}); nothing is sent again meanwhile: run the same command again once "
+                "it has ended (resumable)",
+            ) from err
         except CallError as err:
             if isinstance(err, FatalCallError):
                 raise
@@ -261,7 +273,11 @@ class Batches:
             unsure = [entries[t] for t in self.unsure if t in entries]
             self.unsure.clear()
             try:
-                found = await self.control.find(unsure)
+                found = await self.control.find(unsure, self.known())
+            except Undecided as err:  # asked again at the next poll; nothing sent meanwhile
+                self.unsure.update(e.token for e in unsure)
+                log.info("a batch whose creation went unanswered is not found yet: %s", err)
+                return
             except CallError as err:
                 self.unsure.update(e.token for e in unsure)
                 self.control.failed(err, "listing batches")

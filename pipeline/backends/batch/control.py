@@ -64,8 +64,12 @@ class Control:
                 status=err.status,
             ) from err
 
-    async def find(self, entries: Sequence[Entry]) -> dict[str, BatchInfo]:
-        """The batches of these intents that exist, found by their tokens."""
+    async def find(
+        self, entries: Sequence[Entry], known: frozenset[str] = frozenset()
+    ) -> dict[str, BatchInfo]:
+        """The batches of these intents that exist, found by their tokens (``known``: the
+        ids of the run's batches, none of them the intents'); ``api.Undecided`` while one
+        that may be an intent's cannot be told yet."""
         found: dict[str, BatchInfo] = {}
         by_side: dict[str, list[Entry]] = {}
         for e in entries:
@@ -73,7 +77,8 @@ class Control:
         for name, group in by_side.items():
             api = self.sides.named(name).api
             since = min(e.at for e in group)
-            found |= await find_by_token(api, {e.token for e in group}, since, self.polls.acquire)
+            tokens = {e.token for e in group}
+            found |= await find_by_token(api, tokens, since, self.polls.acquire, known)
         return found
 
     async def find_upload(self, entry: Entry) -> list[str]:

@@ -50,12 +50,13 @@ from ...errors import (
     StoreError,
 )
 from ...runs.session import CallCounts, Halt, Session, halt_of
-from .api import BatchInfo, OpenAIBatchAPI, Side, Sides
+from .api import BatchInfo, Side, Sides
 from .batches import Batches
 from .config import BatchConfig
 from .control import Control
 from .ledger import Entry, Ledger
 from .lines import LINE_OVERHEAD, LineReply, read_result, request_body, split
+from .opening import OpenedAPI
 from .window import Held, Window
 
 __all__ = ["BatchDriver"]
@@ -75,7 +76,7 @@ class BatchDriver:
         sides: Sides,
         config: BatchConfig,
         *,
-        opened: Sequence[OpenAIBatchAPI] = (),
+        opened: Sequence[OpenedAPI] = (),
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -347,6 +348,8 @@ class BatchDriver:
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             cached_tokens=usage["cached_tokens"],
+            cache_write_tokens=usage.get("cache_write_tokens", 0),
+            cache_write_1h_tokens=usage.get("cache_write_1h_tokens", 0),
             latency_s=latency,
             attempts=len(attempts.tries),
             finish_reason=reply.finish_reason,

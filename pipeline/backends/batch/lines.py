@@ -108,7 +108,15 @@ def read_result(line: Mapping[str, Any]) -> LineReply | CallError | None:
 
     A failure carries the HTTP status the line reports, so the real-time retry policy
     decides what follows: 429/5xx retried, 401/403 stop the run, other 4xx fail the record.
+    A line an API implementation read itself (Message Batches: ``anthropic``) carries the
+    answer read (``answer``: text, finish_reason, usage) or why it is none (``failed``).
     """
+    read = line.get("answer")
+    if isinstance(read, Mapping):
+        return LineReply(str(read["text"]), read.get("finish_reason"), read["usage"])
+    unread = line.get("failed")
+    if isinstance(unread, Mapping):
+        return CallError(str(unread.get("category") or "bad_response"), str(unread.get("message")))
     response = line.get("response")
     error = line.get("error")
     if not isinstance(response, Mapping):

@@ -129,9 +129,10 @@ class PaceAsk:
     correction: int = 0  # prompt tokens counted minus those estimated, since the last ask
     headers: tuple[dict[str, str], ...] = ()  # rate-limit headers that announce something new
     refused: tuple[float | None, ...] = ()  # the Retry-After of each 429 since the last ask
+    output: int = 0  # output tokens booked but not used (<= 0), where output is paced apart
 
     def __bool__(self) -> bool:
-        return bool(self.costs or self.correction or self.headers or self.refused)
+        return bool(self.costs or self.correction or self.headers or self.refused or self.output)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,16 +17,10 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
 
-from ...client.limits import Booking, Limiter
+from ...client.limits import LIMIT_HEADERS, RATE_HEADERS, Booking, Limiter, rate_limits
 from .messages import PaceAsk
 
 __all__ = ["RATE_HEADERS", "RemoteLimiter", "grant"]
-
-RATE_HEADERS = tuple(
-    f"x-ratelimit-{what}-{bucket}"
-    for what in ("limit", "remaining", "reset")
-    for bucket in ("requests", "tokens")
-)
 
 
 class _SlotAsk:
@@ -49,6 +43,7 @@ class RemoteLimiter:
         "_correction",
         "_headers",
         "_limits",
+        "_output",
         "_refused",
         "_sleep",
         "_waiting",
@@ -70,13 +65,14 @@ class RemoteLimiter:
         self._waiting: list[_SlotAsk] = []  # not yet asked for
         self._asked: list[_SlotAsk] = []  # asked for in the last report
         self._correction = 0
+        self._output = 0  # output tokens booked but not used, since the last ask
         self._headers: list[dict[str, str]] = []
         self._refused: list[float | None] = []
         self._limits: dict[str, str] = {}  # the limit headers last passed on, by bucket
 
     async def acquire(self, prompt_estimate: int, max_tokens: int) -> Booking:
         """Wait for a time slot (at once, while the run has no limit)."""
-        booking = Booking(prompt_estimate, prompt_estimate + max_tokens)
+        booking = Booking(prompt_estimate, prompt_estimate + max_tokens, max_tokens)
         if not self.limited:
             return booking
         slot = _SlotAsk(prompt_estimate, max_tokens)
@@ -87,22 +83,25 @@ class RemoteLimiter:
             await self._sleep(slot.wait)
         return booking
 
-    def settle(self, booking: Booking, prompt_tokens: int | None) -> None:
-        """Pass the prompt tokens really counted on with the next ask."""
+    def settle(
+        self, booking: Booking, prompt_tokens: int | None, completion_tokens: int | None = None
+    ) -> None:
+        """Pass the prompt (and output) tokens really counted on with the next ask."""
         if prompt_tokens is not None:
             self._correction += prompt_tokens - booking.prompt_estimate
+        if completion_tokens is not None:
+            self._output += min(0, completion_tokens - booking.max_tokens)
 
     def observe(self, headers: Mapping[str, str]) -> None:
         """Pass on headers that say something new: another limit, or a budget spent."""
         picked = {k: v for k in RATE_HEADERS if (v := headers.get(k)) is not None}
         news = False
-        for bucket in ("requests", "tokens"):
-            limit = picked.get(f"x-ratelimit-limit-{bucket}")
-            if limit is not None and self._limits.get(bucket) != limit:
-                self._limits[bucket] = limit
+        for bucket, limit in rate_limits(picked).items():
+            if self._limits.get(bucket) != str(limit):
+                self._limits[bucket] = str(limit)
                 self.limited = news = True
-            if picked.get(f"x-ratelimit-remaining-{bucket}", "").strip() == "0":
-                news = True
+        if any(picked.get(b.remaining, "").strip() == "0" for b in LIMIT_HEADERS):
+            news = True
         if news:
             self._headers.append(picked)
             self._wake()
@@ -127,8 +126,10 @@ class RemoteLimiter:
             self._correction,
             tuple(self._headers),
             tuple(self._refused),
+            self._output,
         )
         self._correction = 0
+        self._output = 0
         self._headers = []
         self._refused = []
         return ask
@@ -151,7 +152,7 @@ def grant(limiter: Limiter, ask: PaceAsk | None) -> tuple[float, ...]:
         limiter.observe(headers)
     for retry_after in ask.refused:
         limiter.on_rate_limited(retry_after)
-    if ask.correction:
+    if ask.correction or ask.output:
         # The worker's corrections arrive summed: settle them as one booking estimated at 0.
-        limiter.settle(Booking(0, 0), ask.correction)
+        limiter.settle(Booking(0, 0), ask.correction, ask.output or None)
     return tuple(limiter.book(prompt, max_tokens)[1] for prompt, max_tokens in ask.costs)

@@ -20,12 +20,13 @@ import traceback
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from ...client.budget import Budget, Spending
-from ...client.chat import OpenAIClient
+from ...client.calls import ChatClient
 from ...client.prices import PriceBook
 from ...core.jobs import Job
 from ...core.loop import Policy, refine_record
@@ -127,7 +128,7 @@ class _Session:
         limited = bool(s.rpm or s.tpm)
         self.limiters = [RemoteLimiter(limited, self.wake)]
         self.clients = [open_client(spec.generator, s, api_key, budget, self.limiters[0])]
-        critic: OpenAIClient | None = None
+        critic: ChatClient[Any] | None = None
         if spec.critic is not None:
             self.limiters.append(RemoteLimiter(limited, self.wake))
             critic = open_client(spec.critic, s, api_key, budget, self.limiters[1])

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import anyio
 from anyio.abc import ObjectSendStream
 
-from ...client.chat import OpenAIClient
+from ...client.calls import ChatClient
 from ...core.loop import refine_record
 from ...core.records import Record
 from ...core.steps import ModelClient
@@ -35,7 +36,7 @@ class RealTimeBackend:
     def __init__(
         self, client: ModelClient | None = None, critic: ModelClient | None = None
     ) -> None:
-        self.client = client  # None: an OpenAIClient opened on the generator's endpoint
+        self.client = client  # None: a client opened on the generator's endpoint
         self.critic = critic  # None: opened on the critic's endpoint, when it has one
 
     @property
@@ -53,7 +54,7 @@ class RealTimeBackend:
     async def open(self, session: Session, plan: ClientPlan) -> AsyncIterator[RealTimeDriver]:
         """The driver over the clients given, or opened on the plan's endpoints."""
         settings, budget = session.settings, session.budget
-        owned: list[OpenAIClient] = []
+        owned: list[ChatClient[Any]] = []
         try:
             generator = self.client
             if generator is None:
@@ -83,7 +84,7 @@ class RealTimeDriver:
         session: Session,
         generator: ModelClient,
         critic: ModelClient | None,
-        owned: Sequence[OpenAIClient],
+        owned: Sequence[ChatClient[Any]],
     ) -> None:
         self.session = session
         self.generator = generator

@@ -73,7 +73,7 @@ async def test_unlimited_requests_go_at_once_and_ask_nothing() -> None:
     """Without a limit no request waits for the driver: no round trip at all."""
     lim, clock, wakes = remote(limited=False)
     booking = await lim.acquire(40, 10)
-    assert booking == Booking(40, 50)
+    assert booking == Booking(40, 50, 10)
     assert not lim.take() and not wakes and clock.waits == []
 
 
@@ -158,3 +158,17 @@ def test_429s_and_corrections_travel_with_the_next_ask() -> None:
     assert ask.refused == (0.5, None) and ask.correction == 30
     assert lim.rate_limited == 2 and len(wakes) == 2
     assert not lim.take()
+
+
+def test_unused_output_tokens_travel_to_the_drivers_output_pace() -> None:
+    """A worker's answers shorter than max_tokens send the unused output tokens with the
+    next ask, and the driver's output pace (Anthropic's, apart from input) gives them back."""
+    lim, _, _ = remote(limited=True)
+    lim.settle(Booking(10, 110, 100), 10, 40)  # 60 output tokens booked but not used
+    lim.settle(Booking(10, 110, 100), 10, 100)  # all used: nothing to give back
+    ask = lim.take()
+    assert ask.output == -60 and ask.correction == 0
+    limiter, _ = make_limiter()
+    grant(limiter, PaceAsk(headers=({"anthropic-ratelimit-output-tokens-limit": "600"},)))
+    grant(limiter, PaceAsk(((0, 100),)))  # next slot at 10 s (10 output tokens a second)
+    assert grant(limiter, PaceAsk(((0, 0),), output=-60)) == pytest.approx((4.0,))
