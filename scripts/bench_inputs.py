@@ -51,7 +51,7 @@ REFINE = (
 # Every reading program imports the same modules, so their peaks differ by the reading alone.
 FLOOR = (
     "import gzip, orjson, pyarrow.parquet as pq\n"
-    "from pipeline.jobs import load_job; from pipeline.records import read_records\n"
+    "from pipeline.core.loader import load_job; from pipeline.io.records import read_records\n"
 )
 OURS = (
     "inputs = load_job('commongen').inputs; t = time.perf_counter()\n"
@@ -111,7 +111,7 @@ def peak_mib(code: str, *args: str) -> tuple[float, float, str]:
         text=True,
         check=False,
     )
-    if done.returncode not in (0, 1):  # 1: a run that finished with failed records
+    if done.returncode not in (0, 1) or "Traceback" in done.stderr:  # 1: failed records
         raise RuntimeError(f"exited {done.returncode}: {done.stderr[-2000:]}")
     peak = next(x for x in done.stderr.splitlines() if x.startswith("peak-kib "))
     return int(peak.split()[1]) / 1024, time.monotonic() - started, done.stdout
