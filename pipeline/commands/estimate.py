@@ -323,8 +323,9 @@ def render(est: Estimate) -> str:
             f"{dollars:>12}{uncached:>12}"
         )
     rows.append(
-        "cached: the share of prompt tokens a provider's prefix cache serves at the cached "
-        "price (OpenAI's rule: prompts of 1,024 tokens and more); no cache: the cost without it"
+        "cached: the share of prompt tokens the provider's cache serves at the cached price "
+        "(OpenAI: prompts of 1,024 tokens and more; Anthropic: the prefixes earlier calls "
+        "marked); no cache: the cost without it"
     )
     written = {n: f.cache_write_tokens for n, f in est.scenarios.items() if f.cache_write_tokens}
     if written:
