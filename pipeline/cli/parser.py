@@ -177,7 +177,10 @@ def _add_cancel(sub: Any) -> None:
     """`refine cancel`."""
     p = sub.add_parser(
         "cancel",
-        help="cancel the run's Batch API batches in flight (its records stay resumable)",
+        help=(
+            "cancel the run's batches in flight (OpenAI's Batch API or Claude's Message "
+            "Batches; its records stay resumable)"
+        ),
     )
     p.add_argument("run_dir", type=Path)
 
